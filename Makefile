@@ -1,0 +1,32 @@
+# tensorplay_edu: `make demo` and `make test` work on a fresh machine (they build .venv first).
+PY    := .venv/bin/python
+STAMP := .venv/.installed
+
+.PHONY: setup test demo lab clean
+
+setup: $(STAMP)
+
+# Re-installs only when the requirements or the package metadata change.
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+# The whole suite: pytest, then every notebook under nbval (once notebooks exist).
+test: setup
+	$(PY) -m pytest -q tests
+	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
+		$(PY) -m pytest -q --nbval-lax --nbval-current-env --nbval-cell-timeout=300 notebooks; \
+	fi
+
+# The main job: a multi-rank run checked against single-process math (CPU, gloo).
+demo: setup
+	$(PY) -m tensorplay_edu.demo
+
+lab: setup
+	.venv/bin/jupyter lab notebooks/
+
+clean:
+	rm -rf .venv build *.egg-info tensorplay_edu.egg-info .pytest_cache .hypothesis
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,132 @@
+"""The six collectives, on any tensor dim, with uneven (``torch.chunk``) shards.
+
+Only the transition table (:mod:`tensorplay_edu.transition`) and ``distribute_tensor``
+call these: they are the only places in the package that communicate.  Each one
+
+* moves the chosen dim to the front, because the flat collectives concatenate on dim 0;
+* pads every rank's block to ``ceil(n / t)`` rows, because gloo rejects unequal sizes,
+  and trims the padding off the result;
+* records itself in any active :class:`~tensorplay_edu.debug.CommDebugMode`;
+* never writes into its input (autograd may have saved it), and runs under ``no_grad``:
+  gradients are the business of the autograd Function that calls it.
+
+A group of one rank moves nothing and issues nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from . import debug
+
+# torch 2.13 renamed the flat collectives; older releases only have the old names.
+_all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def _pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """``x`` with zero rows appended along dim 0 up to ``rows``."""
+    if x.shape[0] == rows:
+        return x
+    return torch.cat([x, x.new_zeros((rows - x.shape[0], *x.shape[1:]))])
+
+
+def _row_bytes(x: torch.Tensor) -> int:
+    return x[0:1].numel() * x.element_size() if x.ndim else x.element_size()
+
+
+@torch.no_grad()
+def all_gather(x: torch.Tensor, dim: int, sizes: list[int], group) -> torch.Tensor:
+    """Concatenate every rank's chunk along ``dim``; rank r holds ``sizes[r]`` rows.  # [n/t] -> [n]"""
+    t, c = len(sizes), max(sizes)
+    if t == 1:
+        return x
+    front = _pad_rows(x.movedim(dim, 0), c).contiguous()  # [c, ...]
+    out = front.new_empty((t * c, *front.shape[1:]))  # [t*c, ...]
+    _all_gather_flat(out, front, group=group)
+    if c * t != sum(sizes):  # uneven: drop each block's padding
+        out = torch.cat([out[r * c: r * c + sizes[r]] for r in range(t)])
+    full = out.movedim(0, dim).contiguous()
+    debug.record("all_gather", full.shape, x.dtype, t, (t - 1) * c * _row_bytes(front))
+    return full
+
+
+@torch.no_grad()
+def reduce_scatter(x: torch.Tensor, dim: int, sizes: list[int], rank: int, op, group) -> torch.Tensor:
+    """Reduce the ranks' full addends and keep chunk ``rank`` along ``dim``.  # [n] -> [n/t]"""
+    t, c = len(sizes), max(sizes)
+    if t == 1:
+        return x
+    front = _pad_rows(x.movedim(dim, 0), t * c).contiguous()  # [t*c, ...]
+    out = front.new_empty((c, *front.shape[1:]))  # [c, ...]
+    _reduce_scatter_flat(out, front, op=op, group=group)
+    debug.record("reduce_scatter", x.shape, x.dtype, t, (t - 1) * c * _row_bytes(front))
+    return out[: sizes[rank]].movedim(0, dim).contiguous()
+
+
+@torch.no_grad()
+def all_reduce(x: torch.Tensor, op, group) -> torch.Tensor:
+    """Every rank gets the reduction of all ranks' tensors (into a new tensor)."""
+    t = dist.get_world_size(group)
+    if t == 1:
+        return x
+    out = x.contiguous().clone()
+    dist.all_reduce(out, op=op, group=group)
+    debug.record("all_reduce", x.shape, x.dtype, t, 2 * (t - 1) * -(-x.numel() // t) * x.element_size())
+    return out
+
+
+@torch.no_grad()
+def all_to_all(x: torch.Tensor, src_dim: int, dst_dim: int, src_sizes: list[int], dst_sizes: list[int],
+               rank: int, group) -> torch.Tensor:
+    """Trade a chunk along ``src_dim`` for a chunk along ``dst_dim``.  # [a/t, b] -> [a, b/t]
+
+    Rank r cuts its block into t pieces along ``dst_dim`` and sends piece j to rank j;
+    it receives piece r of every rank and stacks them along ``src_dim``.
+    """
+    t, cs, cd = len(src_sizes), max(src_sizes), max(dst_sizes)
+    if t == 1:
+        return x
+    padded = _pad_rows(x.movedim(src_dim, 0), cs).movedim(0, src_dim)
+    padded = _pad_rows(padded.movedim(dst_dim, 0), t * cd).movedim(0, dst_dim)
+    send = torch.stack(padded.split(cd, dim=dst_dim)).contiguous()  # [t, ..cs.., ..cd..]
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send, group=group)
+    pieces = [recv[i].narrow(src_dim, 0, src_sizes[i]) for i in range(t)]
+    out = torch.cat(pieces, dim=src_dim).narrow(dst_dim, 0, dst_sizes[rank]).contiguous()
+    debug.record("all_to_all", x.shape, x.dtype, t, (t - 1) * send[0].numel() * send.element_size())
+    return out
+
+
+@torch.no_grad()
+def broadcast(x: torch.Tensor, src: int, group) -> torch.Tensor:
+    """Every rank gets group-rank ``src``'s ``x`` (the others pass a buffer of that shape)."""
+    t = dist.get_world_size(group)
+    if t == 1:
+        return x
+    out = x.contiguous().clone()
+    dist.broadcast(out, src=dist.get_global_rank(group, src) if group is not None else src, group=group)
+    debug.record("broadcast", x.shape, x.dtype, t, out.numel() * out.element_size())
+    return out
+
+
+@torch.no_grad()
+def scatter(full: torch.Tensor | None, like: torch.Tensor, dim: int, sizes: list[int], rank: int, src: int,
+            group) -> torch.Tensor:
+    """Group-rank ``src`` sends chunk r of ``full`` along ``dim`` to rank r.  # [n] -> [n/t]
+
+    ``like`` is a tensor of the full shape and dtype (only ``src`` needs real data in ``full``).
+    """
+    t, c = len(sizes), max(sizes)
+    if t == 1:
+        return like if full is None else full
+    front_shape = (c, *like.movedim(dim, 0).shape[1:])
+    out = like.new_empty(front_shape)
+    chunks = None
+    if rank == src:
+        front = _pad_rows(full.movedim(dim, 0), t * c)
+        chunks = [piece.contiguous() for piece in front.split(c)]
+    dist.scatter(out, chunks, src=dist.get_global_rank(group, src), group=group)
+    debug.record("scatter", like.shape, like.dtype, t, (t - 1) * out.numel() * out.element_size())
+    return out[: sizes[rank]].movedim(0, dim).contiguous()

@@ -1,0 +1,151 @@
+"""CommDebugMode: count and weigh every collective this package issues.
+
+    with CommDebugMode() as comm:
+        y = x.redistribute(mesh, [Replicate()])
+    comm.get_comm_counts()      # {'all_gather': 1}
+    print(comm.table())
+
+Each :class:`CommRecord` holds the op, the phase (``forward`` or ``backward``: a
+collective issued inside an autograd backward), the logical payload shape and dtype,
+the group size ``t``, the module path it was issued under, and the bytes each rank
+sends, counted as a bandwidth-optimal ring / chain would move them:
+
+=================  ==========================================================
+op                 bytes each rank sends (F = padded full tensor, c = F / t)
+=================  ==========================================================
+``all_gather``     (t-1) * c   = (t-1)/t * F
+``reduce_scatter`` (t-1) * c   = (t-1)/t * F
+``all_reduce``     2 (t-1) * c = 2(t-1)/t * F  (a reduce-scatter + an all-gather)
+``all_to_all``     (t-1) * c   (each rank keeps one of its t blocks)
+``broadcast``      F           (a pipelined chain: every rank forwards it once)
+``scatter``        (t-1) * c   (what the source sends)
+=================  ==========================================================
+
+"Padded" because uneven shards are padded to ``ceil(n / t)`` rows inside the
+collective (gloo rejects unequal sizes): the bytes are what really moves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from dataclasses import dataclass
+
+__all__ = ["CommDebugMode", "CommRecord", "module_scope", "current_module"]
+
+_ACTIVE: list["CommDebugMode"] = []
+_MODULE_STACK: list[str] = []
+_PHASE: list[str] = ["forward"]
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "scatter")
+
+
+@dataclass(frozen=True)
+class CommRecord:
+    op: str
+    phase: str  # "forward" or "backward"
+    shape: tuple[int, ...]
+    dtype: str
+    group_size: int
+    bytes: int
+    module: str  # "" when issued outside any parallelized module
+
+
+@contextlib.contextmanager
+def module_scope(path: str):
+    """Collectives issued inside are attributed to module ``path`` (used by the styles)."""
+    _MODULE_STACK.append(path)
+    try:
+        yield
+    finally:
+        _MODULE_STACK.pop()
+
+
+def current_module() -> str:
+    return _MODULE_STACK[-1] if _MODULE_STACK else ""
+
+
+@contextlib.contextmanager
+def backward_scope(module: str):
+    """Inside an autograd backward: collectives are recorded as ``backward`` of ``module``."""
+    _PHASE.append("backward")
+    try:
+        with module_scope(module):
+            yield
+    finally:
+        _PHASE.pop()
+
+
+def record(op: str, shape, dtype, group_size: int, nbytes: int) -> None:
+    """Called by :mod:`tensorplay_edu.collectives` for every collective it issues."""
+    if not _ACTIVE:
+        return
+    rec = CommRecord(op, _PHASE[-1], tuple(shape), str(dtype).replace("torch.", ""), group_size, int(nbytes),
+                     current_module())
+    for mode in _ACTIVE:
+        mode.records.append(rec)
+
+
+class CommDebugMode:
+    """Context manager recording every collective issued while it is active (nestable)."""
+
+    def __init__(self):
+        self.records: list[CommRecord] = []
+
+    def __enter__(self):
+        self.records = []
+        _ACTIVE.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _ACTIVE.remove(self)
+
+    def _select(self, phase: str | None, module: str | None = None):
+        if phase not in (None, "forward", "backward"):
+            raise ValueError(f"phase must be None, 'forward' or 'backward', got {phase!r}")
+        return [r for r in self.records if (phase is None or r.phase == phase) and (module is None or r.module == module)]
+
+    def get_comm_counts(self, phase: str | None = None) -> dict[str, int]:
+        """``{op: count}``, over both phases or one (``phase="forward"`` / ``"backward"``)."""
+        return dict(Counter(r.op for r in self._select(phase)))
+
+    def get_total_counts(self, phase: str | None = None) -> int:
+        return len(self._select(phase))
+
+    def get_comm_bytes(self, phase: str | None = None) -> dict[str, int]:
+        """``{op: bytes each rank sent}``."""
+        out: Counter = Counter()
+        for r in self._select(phase):
+            out[r.op] += r.bytes
+        return dict(out)
+
+    def get_total_bytes(self, phase: str | None = None) -> int:
+        return sum(r.bytes for r in self._select(phase))
+
+    def get_comm_module_counts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """``{module: {"forward": {op: n}, "backward": {op: n}}}``."""
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        for r in self.records:
+            phases = out.setdefault(r.module, {"forward": {}, "backward": {}})
+            phases[r.phase][r.op] = phases[r.phase].get(r.op, 0) + 1
+        return out
+
+    def table(self) -> str:
+        """One row per (phase, module, op, shape, dtype): count and bytes."""
+        rows: Counter = Counter()
+        nbytes: Counter = Counter()
+        for r in self.records:
+            key = (r.phase, r.module or "-", r.op, "x".join(map(str, r.shape)) or "scalar", r.dtype)
+            rows[key] += 1
+            nbytes[key] += r.bytes
+        head = ("phase", "module", "op", "shape", "dtype", "count", "bytes/rank")
+        body = [(*k, str(rows[k]), f"{nbytes[k]:,}") for k in rows]
+        body.append(("total", "", "", "", "", str(len(self.records)), f"{self.get_total_bytes():,}"))
+        widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+        fmt = "  ".join("{:<%d}" % w for w in widths)
+        lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+        lines += [fmt.format(*row) for row in body]
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.table()

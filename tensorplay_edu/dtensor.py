@@ -1,0 +1,327 @@
+"""DTensor: this rank's local tensor plus the layout that says what it is a piece of.
+
+A DTensor is deliberately *not* a ``torch.Tensor`` subclass: it holds a plain local
+tensor (which carries autograd), a :class:`~tensorplay_edu.mesh.DeviceMesh`, one
+placement per mesh dimension and the global shape.  Nothing happens behind your back:
+
+* ``DTensor.from_local`` and ``to_local`` never communicate;
+* ``redistribute`` / ``full_tensor`` communicate through the transition table
+  (:mod:`tensorplay_edu.transition`), and their backward is that same table;
+* the few ops a loss path needs (``flatten``, ``view``/``reshape`` keeping the sharded
+  dim whole, ``float``/``to(dtype)``, ``detach``) act on the local tensor;
+* any other torch op raises an error that names the op and the placements.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import collectives as C
+from .mesh import DeviceMesh, get_current_mesh
+from .placement import Partial, Placement, Replicate, Shard, chunk_offset, chunk_sizes, normalize
+from .transition import GradLayout, Redistribute
+
+__all__ = ["DTensor", "distribute_tensor", "register_torch_function"]
+
+# torch functions a DTensor accepts: filled by features such as loss_parallel.
+_TORCH_FUNCTIONS: dict = {}
+
+
+def register_torch_function(func, handler) -> None:
+    """Let ``func(dtensor, ...)`` run ``handler`` (``None`` removes it)."""
+    if handler is None:
+        _TORCH_FUNCTIONS.pop(func, None)
+    else:
+        _TORCH_FUNCTIONS[func] = handler
+
+
+def _resolve(mesh, placements, ndim: int, what: str) -> tuple[DeviceMesh, tuple[Placement, ...]]:
+    mesh = mesh if mesh is not None else get_current_mesh()
+    if mesh is None:
+        raise ValueError(f"{what}: pass device_mesh (or call it inside `with mesh:`)")
+    if placements is None:
+        placements = [Replicate()] * mesh.ndim
+    placements = tuple(placements)
+    if len(placements) != mesh.ndim or not all(isinstance(p, Placement) for p in placements):
+        raise ValueError(f"{what}: give one placement per mesh dimension ({mesh.ndim}), got {placements}")
+    placements = normalize(placements, ndim)
+    shards = [p.dim for p in placements if isinstance(p, Shard)]
+    if len(shards) != len(set(shards)):
+        raise NotImplementedError(f"{what}: {placements} shards one tensor dim on two mesh dims; use one per tensor dim")
+    return mesh, placements
+
+
+def _local_shape(shape, mesh: DeviceMesh, placements) -> list[int]:
+    """This rank's local shape for a tensor of global ``shape``."""
+    local = list(shape)
+    for i, p in enumerate(placements):
+        if isinstance(p, Shard):
+            local[p.dim] = chunk_sizes(shape[p.dim], mesh.size(i))[mesh.get_local_rank(i)]
+    return local
+
+
+def _unsupported(name: str, placements) -> NotImplementedError:
+    return NotImplementedError(
+        f"{name} is not implemented for tensorplay_edu DTensor (placements {list(placements)}). "
+        "Take this rank's piece with .to_local(), or the whole tensor with .full_tensor(), apply "
+        f"{name} to that plain tensor, and wrap a sharded result with DTensor.from_local(...)."
+    )
+
+
+class DTensor:
+    """A global tensor laid out over a mesh; construct with ``from_local`` or ``distribute_tensor``."""
+
+    def __init__(self, local: torch.Tensor, mesh: DeviceMesh, placements: tuple, shape, grad_layout: GradLayout):
+        self._local, self._mesh, self._placements = local, mesh, tuple(placements)
+        self._shape, self._grad_layout = torch.Size(shape), grad_layout
+
+    # ---- construction --------------------------------------------------------------
+    @staticmethod
+    def from_local(local_tensor: torch.Tensor, device_mesh: DeviceMesh | None = None, placements=None, *,
+                   run_check: bool = False, shape=None, stride=None) -> "DTensor":
+        """Declare what ``local_tensor`` is a piece of.  No communication (unless ``run_check``).
+
+        Without ``shape`` the global shape assumes even shards (local size x ranks); pass
+        ``shape`` for uneven ones.  ``run_check`` broadcasts Replicate pieces from rank 0
+        of their mesh dim and checks every rank's local shape against ``shape``.
+        """
+        mesh, placements = _resolve(device_mesh, placements, local_tensor.ndim, "DTensor.from_local")
+        if stride is not None and shape is None:
+            raise ValueError("DTensor.from_local: pass shape together with stride")
+        if shape is None:
+            shape = list(local_tensor.shape)
+            for i, p in enumerate(placements):
+                if isinstance(p, Shard):
+                    shape[p.dim] *= mesh.size(i)
+        shape = torch.Size(shape)
+        if stride is not None and tuple(stride) != torch.empty(shape, device="meta").stride():
+            raise NotImplementedError(f"DTensor.from_local: only contiguous global strides, got {tuple(stride)}")
+        expected = _local_shape(shape, mesh, placements)
+        if list(local_tensor.shape) != expected:
+            raise ValueError(
+                f"DTensor.from_local: rank {mesh.get_rank()} holds a local tensor of shape "
+                f"{list(local_tensor.shape)}, but a global {list(shape)} laid out as {list(placements)} gives it "
+                f"{expected} (torch.chunk sizes); pass the right shape="
+            )
+        if run_check:
+            local_tensor = _run_check(local_tensor, mesh, placements, shape)
+        layout = GradLayout(placements)
+        local = Redistribute.apply(local_tensor, mesh, placements, placements, shape, layout)
+        return DTensor(local, mesh, placements, shape, layout)
+
+    def to_local(self, *, grad_placements=None) -> torch.Tensor:
+        """This rank's piece.  No communication.
+
+        ``grad_placements`` says how the gradient that comes back to the piece is laid
+        out, when not like the tensor itself: ``[Partial()]`` when each rank's gradient
+        is an addend (the piece fed a matmul on a sharded weight).
+        """
+        if self._local.requires_grad:
+            if grad_placements is None:
+                self._grad_layout.declare(self._grad_layout.default)
+            else:
+                _, gp = _resolve(self._mesh, grad_placements, self.ndim, "to_local(grad_placements=...)")
+                self._grad_layout.declare(gp)
+        return self._local
+
+    def redistribute(self, device_mesh: DeviceMesh | None = None, placements=None, *, async_op: bool = False):
+        """The same global tensor in other placements: the transition table, forward and backward.
+
+        ``async_op`` is accepted for PyTorch compatibility; collectives here are synchronous.
+        """
+        if device_mesh is not None and device_mesh != self._mesh:
+            raise NotImplementedError("redistribute: moving a DTensor to another mesh is not supported")
+        _, dst = _resolve(self._mesh, placements, self.ndim, "DTensor.redistribute")
+        if self._local.requires_grad:
+            self._grad_layout.declare(self._grad_layout.default)  # backward returns for_gradient(src)
+        layout = GradLayout(dst)
+        local = Redistribute.apply(self._local, self._mesh, self._placements, dst, self._shape, layout)
+        return DTensor(local, self._mesh, dst, self._shape, layout)
+
+    def full_tensor(self, *, grad_placements=None) -> torch.Tensor:
+        """The whole global tensor on every rank (gathers / reduces as the table says)."""
+        return self.redistribute(placements=[Replicate()] * self._mesh.ndim).to_local(grad_placements=grad_placements)
+
+    # ---- metadata ------------------------------------------------------------------
+    placements = property(lambda self: self._placements)
+    device_mesh = property(lambda self: self._mesh)
+    shape = property(lambda self: self._shape)
+    dtype = property(lambda self: self._local.dtype)
+    device = property(lambda self: self._local.device)
+    requires_grad = property(lambda self: self._local.requires_grad)
+    ndim = property(lambda self: len(self._shape))
+
+    def size(self, dim: int | None = None):
+        return self._shape if dim is None else self._shape[dim]
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def numel(self) -> int:
+        return self._shape.numel()
+
+    @property
+    def grad(self) -> "DTensor | None":
+        """For a leaf DTensor (from ``distribute_tensor``): its gradient, laid out as its readers declared."""
+        g = self._local.grad
+        return None if g is None else DTensor(g, self._mesh, self._grad_layout.placements, self._shape,
+                                              GradLayout(self._grad_layout.placements))
+
+    def requires_grad_(self, requires_grad: bool = True) -> "DTensor":
+        self._local.requires_grad_(requires_grad)
+        return self
+
+    def __repr__(self):
+        return f"DTensor(local_tensor={self._local}, device_mesh={self._mesh}, placements={self._placements})"
+
+    # ---- the few local ops of a loss path --------------------------------------------
+    def _derived(self, local: torch.Tensor, placements: tuple, shape, to_parent) -> "DTensor":
+        layout = GradLayout(placements, parent=self._grad_layout, to_parent=to_parent)
+        return DTensor(local, self._mesh, placements, shape, layout)
+
+    def _reshaped(self, name: str, new_shape) -> "DTensor":
+        """``view``/``reshape``/``flatten``: each sharded dim must stay one whole dim."""
+        if len(new_shape) == 1 and isinstance(new_shape[0], (tuple, list, torch.Size)):
+            new_shape = new_shape[0]
+        new_shape = list(new_shape)
+        if new_shape.count(-1) == 1:
+            known = math.prod(s for s in new_shape if s != -1)
+            new_shape[new_shape.index(-1)] = self.numel() // known if known else 0
+        if math.prod(new_shape) != self.numel():
+            raise RuntimeError(f"{name}: shape {new_shape} is invalid for a DTensor of global shape {list(self._shape)}")
+        old, dim_map = list(self._shape), {}
+        for p in self._placements:
+            if isinstance(p, Shard):
+                before = math.prod(old[: p.dim])
+                hits = [j for j in range(len(new_shape))
+                        if new_shape[j] == old[p.dim] and math.prod(new_shape[:j]) == before]
+                if not hits:
+                    raise _unsupported(f"DTensor.{name} to {new_shape} (it would split or merge sharded dim {p.dim})",
+                                       self._placements)
+                dim_map[p.dim] = hits[0]
+        placements = tuple(Shard(dim_map[p.dim]) if isinstance(p, Shard) else p for p in self._placements)
+        back = {v: k for k, v in dim_map.items()}
+        local_new = _local_shape(new_shape, self._mesh, placements)
+        local = self._local.view(local_new) if name == "view" else self._local.reshape(local_new)
+
+        def to_parent(gp):
+            return tuple(Shard(back[p.dim]) if isinstance(p, Shard) and p.dim in back else p for p in gp)
+
+        return self._derived(local, placements, new_shape, to_parent)
+
+    def view(self, *shape) -> "DTensor":
+        return self._reshaped("view", shape)
+
+    def reshape(self, *shape) -> "DTensor":
+        return self._reshaped("reshape", shape)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "DTensor":
+        s, e = start_dim % max(self.ndim, 1), end_dim % max(self.ndim, 1)
+        old = list(self._shape)
+        return self._reshaped("flatten", old[:s] + [math.prod(old[s: e + 1])] + old[e + 1:])
+
+    def to(self, *args, **kwargs) -> "DTensor":
+        """Only a dtype change: ``x.to(torch.float32)`` or ``x.to(dtype=...)``."""
+        dtype = kwargs.pop("dtype", None)
+        if args and isinstance(args[0], torch.dtype):
+            dtype, args = args[0], args[1:]
+        if args or kwargs or dtype is None:
+            raise _unsupported(f"DTensor.to({args}, {kwargs}) (only a dtype is supported)", self._placements)
+        return self._derived(self._local.to(dtype), self._placements, self._shape, lambda gp: gp)
+
+    def float(self) -> "DTensor":
+        return self.to(torch.float32)
+
+    def double(self) -> "DTensor":
+        return self.to(torch.float64)
+
+    def detach(self) -> "DTensor":
+        return DTensor(self._local.detach(), self._mesh, self._placements, self._shape, GradLayout(self._placements))
+
+    # ---- everything else is refused, by name -----------------------------------------
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        handler = _TORCH_FUNCTIONS.get(func)
+        if handler is not None:
+            return handler(*args, **(kwargs or {}))
+        placements = next((a.placements for a in args if isinstance(a, DTensor)), ())
+        name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+        raise _unsupported(f"torch op {getattr(func, '__module__', '') or ''}.{name}".replace("..", "."), placements)
+
+    def __getattr__(self, name: str):
+        if not name.startswith("__") and hasattr(torch.Tensor, name):
+            raise _unsupported(f"Tensor.{name}", self._placements)
+        raise AttributeError(f"'DTensor' object has no attribute {name!r}")
+
+
+def _refuse(op: str):
+    def method(self, *args, **kwargs):
+        raise _unsupported(f"operator {op}", self._placements)
+    return method
+
+
+for _op in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "matmul", "rmatmul", "pow",
+            "neg", "getitem", "setitem", "iadd", "isub", "imul", "itruediv", "lt", "le", "gt", "ge"):
+    setattr(DTensor, f"__{_op}__", _refuse(f"__{_op}__"))
+
+
+def _run_check(local: torch.Tensor, mesh: DeviceMesh, placements, shape) -> torch.Tensor:
+    """from_local(run_check=True): check every rank's local shape, broadcast replicas from rank 0."""
+    mine = _local_shape(shape, mesh, placements)
+    for i, p in enumerate(placements):
+        group, t = mesh.get_group(i), mesh.size(i)
+        sizes = torch.tensor([list(local.shape)], dtype=torch.int64, device=local.device)  # [1, ndim]
+        for r, got in enumerate(C.all_gather(sizes, 0, [1] * t, group).tolist()):
+            want = list(mine)
+            if isinstance(p, Shard):
+                want[p.dim] = chunk_sizes(shape[p.dim], t)[r]
+            if got != want:
+                raise ValueError(f"DTensor.from_local(run_check=True): rank {r} of mesh dim {i} holds a local "
+                                 f"tensor of shape {got}, expected {want} for global {list(shape)} as {list(placements)}")
+        if isinstance(p, Replicate):
+            local = _TakeValues.apply(local, C.broadcast(local, 0, group))
+    return local
+
+
+class _TakeValues(torch.autograd.Function):
+    """``values`` in forward, the gradient straight to ``x`` in backward (run_check's broadcast)."""
+
+    @staticmethod
+    def forward(ctx, x, values):
+        return values
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = None, placements=None, *,
+                      src_data_rank: int | None = 0) -> DTensor:
+    """Lay a full tensor out over the mesh: a new leaf DTensor.
+
+    ``Shard`` scatters and ``Replicate`` broadcasts from rank ``src_data_rank`` of each
+    mesh dim; with ``src_data_rank=None`` every rank keeps its own data (no
+    communication).  ``Partial`` keeps the value on that rank and zeros elsewhere.
+    """
+    if not tensor.is_leaf:
+        raise RuntimeError("`distribute_tensor` should be used to distribute leaf tensors! but found non-leaf tensor!")
+    mesh, placements = _resolve(device_mesh, placements, tensor.ndim, "distribute_tensor")
+    x = tensor.detach()
+    for i, p in enumerate(placements):
+        group, t, r = mesh.get_group(i), mesh.size(i), mesh.get_local_rank(i)
+        src = 0 if src_data_rank is None else src_data_rank
+        if isinstance(p, Shard):
+            n = tensor.shape[p.dim]
+            if src_data_rank is None:
+                x = x.narrow(p.dim, chunk_offset(n, t, r), chunk_sizes(n, t)[r])
+            else:
+                x = C.scatter(x if r == src else None, x, p.dim, chunk_sizes(n, t), r, src, group)
+        elif isinstance(p, Replicate) and src_data_rank is not None:
+            x = C.broadcast(x, src, group)
+        elif isinstance(p, Partial):
+            x = x if r == src else torch.zeros_like(x)
+    local = x.clone(memory_format=torch.contiguous_format)  # never alias the caller's tensor
+    local.requires_grad_(tensor.requires_grad)
+    return DTensor(local, mesh, placements, tensor.shape, GradLayout(placements))

@@ -1,0 +1,298 @@
+"""Run one function on several ranks: from a notebook cell, a script, a test, or torchrun.
+
+    from tensorplay_edu import launch
+    def work(n):                          # may be defined in a notebook cell
+        import torch.distributed as dist
+        return dist.get_rank() * n
+    launch(work, 4, 10)                   # -> [0, 10, 20, 30]
+
+How :func:`launch` avoids the known failure modes:
+
+* **start method** ``forkserver``: ranks are forked from a small single-threaded server
+  process that has imported torch once.  Plain ``fork`` of a notebook kernel
+  (multi-threaded, maybe with CUDA initialised or an OpenMP pool running) can deadlock
+  or crash and makes Python 3.12+ warn on stderr; ``spawn`` costs seconds per launch.
+* **notebook functions** travel by value with ``cloudpickle`` (``spawn`` would look
+  them up by name in a ``__main__`` that has no such function).
+* **rendezvous**: the parent opens a ``TCPStore`` on port 0 (the OS picks a free port),
+  so re-running a cell and two launches at once never collide.
+* **results** come back through one pipe per rank, read *while* the ranks run (joining
+  first could deadlock on a full pipe), pickled as plain copies (tensors detached, on
+  the CPU), so they stay valid after the rank exits.
+* **failures**: a rank that raises sends its traceback; the parent kills the other
+  ranks at once and raises :class:`RankError` naming the rank.  A rank that dies
+  without a word (``os._exit``, a signal) is seen through its process sentinel.  Every
+  collective times out after ``timeout`` seconds (default 60), so a mismatched
+  collective ends in an error, and the parent gives the stragglers ``timeout`` more
+  seconds once any rank has finished before it kills them.  No rank outlives the call.
+* **threads**: each rank runs ``torch.set_num_threads(threads)`` first (default 1: ranks
+  x threads must not exceed the cores, and a forked OpenMP pool can hang).
+* **prints**: each rank's stdout and stderr (Python and C level) go to a file; the
+  parent prints them after the run, rank by rank, each line prefixed ``[rank r]``, so
+  notebook cells are never garbled.
+* **exit**: each rank ends with barrier -> ``destroy_process_group`` -> flush ->
+  ``os._exit``, which avoids gloo's abort at interpreter exit (pytorch/pytorch#190489).
+
+Under torchrun, :func:`run_from_env` runs the same worker function: it reads RANK,
+WORLD_SIZE and LOCAL_RANK and picks NCCL on ``cuda:LOCAL_RANK`` when CUDA is there,
+gloo on the CPU otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import multiprocessing.spawn as mp_spawn
+import multiprocessing.connection  # noqa: F401  (mp.connection.wait)
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from datetime import timedelta
+
+import cloudpickle
+import torch
+import torch.distributed as dist
+
+__all__ = ["launch", "RankError", "run_from_env", "init_from_env", "current_device"]
+
+_LOCK = threading.Lock()
+
+
+class RankError(RuntimeError):
+    """A rank failed; ``rank`` is which, ``remote_traceback`` its traceback (if it had one)."""
+
+    def __init__(self, message: str, rank: int, remote_traceback: str = ""):
+        super().__init__(message)
+        self.rank, self.remote_traceback = rank, remote_traceback
+
+
+def _context(start_method: str):
+    with _LOCK:
+        ctx = mp.get_context(start_method)
+        if start_method == "forkserver":
+            ctx.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle"])
+        return ctx
+
+
+@contextlib.contextmanager
+def _without_main():
+    """Start processes without re-running the parent's ``__main__`` in each of them.
+
+    ``spawn`` and ``forkserver`` normally re-import the main script in every child so
+    that functions can be found by name; ours travel by value (cloudpickle), and
+    re-running a script without an ``if __name__ == "__main__":`` guard would launch
+    again from inside the rank.  So the preparation data leaves the main module out.
+    """
+    original = mp_spawn.get_preparation_data
+
+    def preparation_data(name):
+        data = original(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+
+    with _LOCK:
+        mp_spawn.get_preparation_data = preparation_data
+        try:
+            yield
+        finally:
+            mp_spawn.get_preparation_data = original
+
+
+def current_device() -> torch.device:
+    """The device this rank computes on: ``cuda:LOCAL_RANK`` under NCCL, else the CPU."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _plain(obj):
+    """A copy of ``obj`` that outlives this process: tensors detached, cloned, on the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().clone()
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_plain(o) for o in obj) if not hasattr(obj, "_fields") else type(obj)(*map(_plain, obj))
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    return obj
+
+
+def _finish(code: int) -> None:
+    """The ending that never aborts: barrier, destroy, flush, ``os._exit``."""
+    if code == 0 and dist.is_initialized():
+        try:
+            dist.barrier()
+            dist.destroy_process_group()
+        except Exception:  # a peer died after its result was in: nothing left to protect
+            code = 3
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _rank_main(payload: bytes, rank: int, world_size: int, port: int, backend: str, timeout: float,
+               threads: int, conn, log_path: str) -> None:
+    """Entry point of one launched rank (runs in the child process)."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    torch.set_num_threads(threads)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    try:
+        fn, args = cloudpickle.loads(payload)
+        wait = timedelta(seconds=timeout)
+        store = dist.TCPStore("127.0.0.1", port, None, False, timeout=wait)
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=wait)
+        result = fn(*args)
+        try:
+            blob = cloudpickle.dumps(_plain(result))
+        except Exception as err:
+            raise TypeError(f"the function returned {type(result).__name__}, which cannot be sent back: {err}. "
+                            "Return plain tensors, numbers, lists or dicts (DTensor: .to_local() or "
+                            ".full_tensor()).") from err
+        conn.send_bytes(b"R" + blob)
+    except BaseException:
+        conn.send_bytes(b"E" + traceback.format_exc().encode())
+        _finish(1)
+    _finish(0)
+
+
+def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float = 60.0, threads: int = 1,
+           start_method: str = "forkserver") -> list:
+    """Run ``fn(*args)`` on ``world_size`` ranks; return their results in rank order.
+
+    Args:
+        fn: any function, including one defined in a notebook cell or a lambda.
+        world_size: number of ranks (processes).
+        backend: ``"gloo"`` (CPU) or ``"nccl"`` (one GPU per rank, ``cuda:rank``).
+        timeout: seconds a collective may wait before it fails (at most 60 by default).
+        threads: intra-op threads per rank.
+        start_method: ``"forkserver"`` (default), ``"spawn"`` or ``"fork"``.
+
+    Raises:
+        RankError: a rank raised (its traceback is in the message) or died.
+        TimeoutError: ranks still running ``timeout`` seconds after another finished.
+    """
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"launch: world_size must be a positive int, got {world_size!r}")
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"launch: backend must be 'gloo' or 'nccl', got {backend!r}")
+    if backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < world_size):
+        found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        raise RuntimeError(f"launch(backend='nccl') needs {world_size} CUDA devices, found {found}: "
+                           "use backend='gloo' on the CPU")
+    ctx = _context(start_method)
+    payload = cloudpickle.dumps((fn, args))
+    store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=timeout), wait_for_workers=False)
+    logdir = tempfile.mkdtemp(prefix="tensorplay_ranks_")
+    logs = [os.path.join(logdir, f"rank{r}.log") for r in range(world_size)]
+    procs, conns = [], []
+    try:
+        with _without_main():
+            for r in range(world_size):
+                recv, send = ctx.Pipe(duplex=False)
+                p = ctx.Process(target=_rank_main, name=f"tensorplay-rank{r}", daemon=True,
+                                args=(payload, r, world_size, store.port, backend, timeout, threads, send, logs[r]))
+                p.start()
+                send.close()
+                procs.append(p)
+                conns.append(recv)
+        results = _collect(procs, conns, timeout)
+        for p in procs:  # let them finish their barrier -> destroy -> exit
+            p.join(timeout=5)
+        return results
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        for p in procs:
+            p.join()
+        for c in conns:
+            c.close()
+        _print_logs(logs)
+        shutil.rmtree(logdir, ignore_errors=True)
+        del store
+
+
+def _collect(procs, conns, timeout: float) -> list:
+    """Read every rank's result as it arrives; fail fast on the first error or death.
+
+    A rank's pipe reaches end-of-file only when its process is gone, so a rank that
+    dies without a word (``os._exit``, a signal, a crash) shows up here too.
+    """
+    n = len(procs)
+    results, first_done_at = {}, None
+    pending = {c: r for r, c in enumerate(conns)}
+    while pending:
+        left = None if first_done_at is None else first_done_at + timeout - time.monotonic()
+        if left is not None and left <= 0:
+            raise TimeoutError(
+                f"ranks {sorted(pending.values())} were still running {timeout:g} s after another rank "
+                "finished: they are probably waiting in a collective the others never issued (a mismatched "
+                "or skipped collective). They were killed; raise launch(timeout=...) if they were just slow.")
+        for conn in mp.connection.wait(list(pending), timeout=left):
+            r = pending.pop(conn)
+            try:
+                msg = conn.recv_bytes()
+            except EOFError:
+                procs[r].join(timeout=5)
+                raise RankError(f"rank {r} of {n} exited with code {procs[r].exitcode} before returning "
+                                "(no Python traceback: os._exit, a signal or a crash; its output is above)", r)
+            if msg[:1] == b"E":
+                tb = msg[1:].decode()
+                hint = ""
+                if "timed out" in tb.lower() or "timeout" in tb.lower():
+                    hint = (f"\n(rank {r} timed out waiting in a collective: the ranks probably issued different "
+                            "collectives, e.g. rank 0 all_reduce while rank 1 all_gather, or one rank skipped one.)")
+                raise RankError(f"rank {r} of {n} raised:\n{tb}{hint}", r, tb)
+            results[r] = cloudpickle.loads(msg[1:])
+            first_done_at = first_done_at or time.monotonic()
+    return [results[r] for r in range(n)]
+
+
+def _print_logs(logs) -> None:
+    """Each rank's output, in rank order, every line prefixed with its rank."""
+    for r, path in enumerate(logs):
+        try:
+            with open(path, errors="replace") as f:
+                text = f.read()
+        except FileNotFoundError:
+            continue
+        for line in text.splitlines():
+            print(f"[rank {r}] {line}")
+    sys.stdout.flush()
+
+
+def init_from_env(timeout: float = 60.0) -> torch.device:
+    """Start the default group from torchrun's RANK / WORLD_SIZE / LOCAL_RANK / MASTER_*.
+
+    NCCL on ``cuda:LOCAL_RANK`` when CUDA is there, gloo on the CPU otherwise.
+    """
+    if not dist.is_initialized():
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if torch.cuda.is_available():
+            torch.cuda.set_device(local_rank)
+            backend = "nccl"
+        else:
+            backend = "gloo"
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+    return current_device()
+
+
+def run_from_env(fn, *args, timeout: float = 60.0) -> None:
+    """Under ``torchrun --nproc-per-node N``: start the group, run ``fn(*args)``, end cleanly."""
+    init_from_env(timeout)
+    try:
+        fn(*args)
+    except BaseException:
+        traceback.print_exc()
+        _finish(1)
+    _finish(0)

@@ -1,0 +1,185 @@
+"""DeviceMesh: ranks arranged in an n-D grid, one process group per mesh dimension.
+
+A 1-D mesh of 4 ranks is plain tensor parallelism.  A 2-D mesh ``[[0, 1], [2, 3]]``
+with names ``("dp", "tp")`` puts ranks {0, 1} and {2, 3} in tensor-parallel groups
+and {0, 2}, {1, 3} in data-parallel groups; ``mesh["tp"]`` is this rank's row.
+
+Every rank must build the same mesh in the same order: creating a process group is
+itself a collective over the default group.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["DeviceMesh", "init_device_mesh", "get_current_mesh"]
+
+_MESH_STACK: list["DeviceMesh"] = []
+
+
+def get_current_mesh() -> "DeviceMesh | None":
+    """The innermost mesh entered with ``with mesh:``, or None."""
+    return _MESH_STACK[-1] if _MESH_STACK else None
+
+
+def _ensure_default_group(device_type: str, world_size: int) -> None:
+    """Start the default process group if nobody did (torchrun, our launcher, a user)."""
+    if dist.is_initialized():
+        return
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        from .launch import init_from_env
+
+        init_from_env()
+    elif world_size == 1:  # a one-rank mesh in a plain notebook or script
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    else:
+        raise RuntimeError(
+            f"a {world_size}-rank DeviceMesh needs {world_size} processes: start them with "
+            "tensorplay_edu.launch(fn, world_size) or `torchrun --nproc-per-node N`, "
+            "then build the mesh inside each rank"
+        )
+
+
+class DeviceMesh:
+    """An n-D grid of global ranks with one process group per dimension.
+
+    Args:
+        device_type: ``"cpu"`` (gloo) or ``"cuda"`` (NCCL).
+        mesh: the grid of global ranks, e.g. ``torch.arange(4).view(2, 2)``.
+        mesh_dim_names: optional names, one per dimension, for ``mesh["tp"]``.
+    """
+
+    def __init__(self, device_type: str, mesh, *, mesh_dim_names: tuple[str, ...] | None = None, _groups=None):
+        self.device_type = device_type
+        self.mesh = torch.as_tensor(mesh, dtype=torch.int64, device="cpu")
+        if mesh_dim_names is not None:
+            mesh_dim_names = tuple(mesh_dim_names)
+            if len(mesh_dim_names) != self.mesh.ndim:
+                raise ValueError(
+                    f"mesh_dim_names {mesh_dim_names} has {len(mesh_dim_names)} names for a "
+                    f"{self.mesh.ndim}-D mesh: give one name per dimension"
+                )
+            if len(set(mesh_dim_names)) != len(mesh_dim_names):
+                raise ValueError(f"mesh_dim_names {mesh_dim_names} repeats a name")
+        self.mesh_dim_names = mesh_dim_names
+        if _groups is not None:  # a sub-mesh reuses its parent's groups: no new collective
+            self._groups = list(_groups)
+            self._coordinate = self._find_coordinate()
+            return
+        _ensure_default_group(device_type, self.mesh.numel())
+        world = dist.get_world_size()
+        ranks = sorted(self.mesh.flatten().tolist())
+        if len(set(ranks)) != len(ranks) or ranks[0] < 0 or ranks[-1] >= world:
+            raise ValueError(f"mesh {self.mesh.tolist()} must hold distinct ranks in 0..{world - 1}")
+        self._coordinate = self._find_coordinate()
+        self._groups = [self._make_group(d) for d in range(self.mesh.ndim)]
+
+    def _find_coordinate(self) -> tuple[int, ...]:
+        hits = (self.mesh == dist.get_rank()).nonzero()
+        if len(hits) == 0:
+            raise RuntimeError(f"rank {dist.get_rank()} is not in mesh {self.mesh.tolist()}")
+        return tuple(hits[0].tolist())
+
+    def _make_group(self, dim: int):
+        """The group along ``dim`` holding this rank (every rank creates every group)."""
+        if self.mesh.ndim == 1 and self.mesh.tolist() == list(range(dist.get_world_size())):
+            return dist.group.WORLD
+        lines = self.mesh.movedim(dim, -1).reshape(-1, self.mesh.size(dim))
+        mine = None
+        for line in lines.tolist():
+            group = dist.new_group(line)
+            if dist.get_rank() in line:
+                mine = group
+        return mine
+
+    # ---- what PyTorch's DeviceMesh offers -------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return self.mesh.ndim
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.mesh.shape)
+
+    def _dim(self, mesh_dim: int | str | None) -> int:
+        if mesh_dim is None:
+            if self.ndim != 1:
+                raise RuntimeError(f"this mesh is {self.ndim}-D {self.shape}: pass mesh_dim (an index or a name)")
+            return 0
+        if isinstance(mesh_dim, str):
+            if not self.mesh_dim_names or mesh_dim not in self.mesh_dim_names:
+                raise KeyError(f"mesh has no dimension named {mesh_dim!r}; its names are {self.mesh_dim_names}")
+            return self.mesh_dim_names.index(mesh_dim)
+        return mesh_dim % self.ndim
+
+    def size(self, mesh_dim: int | str | None = None) -> int:
+        """Ranks in the whole mesh, or along one dimension."""
+        return self.mesh.numel() if mesh_dim is None else self.mesh.size(self._dim(mesh_dim))
+
+    def get_group(self, mesh_dim: int | str | None = None):
+        """The process group of one mesh dimension (the only one for a 1-D mesh)."""
+        return self._groups[self._dim(mesh_dim)]
+
+    def get_rank(self) -> int:
+        """This process's global rank."""
+        return dist.get_rank()
+
+    def get_local_rank(self, mesh_dim: int | str | None = None) -> int:
+        """This rank's index along one mesh dimension."""
+        return self._coordinate[self._dim(mesh_dim)]
+
+    def get_coordinate(self) -> tuple[int, ...]:
+        return self._coordinate
+
+    def __getitem__(self, name: str) -> "DeviceMesh":
+        """The 1-D sub-mesh along dimension ``name`` that holds this rank: ``mesh["tp"]``."""
+        dim = self._dim(name)
+        index = list(self._coordinate)
+        index[dim] = slice(None)
+        return DeviceMesh(self.device_type, self.mesh[tuple(index)], mesh_dim_names=(name,), _groups=[self._groups[dim]])
+
+    def __enter__(self):
+        _MESH_STACK.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _MESH_STACK.pop()
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, DeviceMesh)
+            and self.device_type == other.device_type
+            and torch.equal(self.mesh, other.mesh)
+            and self.mesh_dim_names == other.mesh_dim_names
+        )
+
+    def __hash__(self):
+        return hash((self.device_type, tuple(self.mesh.flatten().tolist()), self.shape, self.mesh_dim_names))
+
+    def __repr__(self):
+        names = f", mesh_dim_names={self.mesh_dim_names}" if self.mesh_dim_names else ""
+        return f"DeviceMesh('{self.device_type}', {self.mesh.tolist()}{names})"
+
+
+def init_device_mesh(device_type: str, mesh_shape, *, mesh_dim_names: tuple[str, ...] | None = None) -> DeviceMesh:
+    """A mesh of ``prod(mesh_shape)`` ranks laid out row-major: ranks 0..n-1.
+
+    Starts the default process group first if nothing has (from torchrun's environment,
+    or a one-rank group for a one-rank mesh).
+    """
+    mesh_shape = tuple(mesh_shape)
+    n = math.prod(mesh_shape)
+    _ensure_default_group(device_type, n)
+    if n != dist.get_world_size():
+        raise ValueError(
+            f"init_device_mesh: mesh_shape {mesh_shape} holds {n} ranks but the default process group "
+            f"has {dist.get_world_size()}: the mesh must cover every rank"
+        )
+    if device_type == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank() % torch.cuda.device_count())))
+    return DeviceMesh(device_type, torch.arange(n).view(mesh_shape), mesh_dim_names=mesh_dim_names)
