@@ -10,10 +10,13 @@ call these: they are the only places in the package that communicate.  Each one
 * never writes into its input (autograd may have saved it), and runs under ``no_grad``:
   gradients are the business of the autograd Function that calls it.
 
-A group of one rank moves nothing and issues nothing.
+A group of one rank, or an empty global tensor, moves nothing and issues nothing
+(every rank knows the global shape, so they all skip together).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.distributed as dist
@@ -40,8 +43,9 @@ def _row_bytes(x: torch.Tensor) -> int:
 def all_gather(x: torch.Tensor, dim: int, sizes: list[int], group) -> torch.Tensor:
     """Concatenate every rank's chunk along ``dim``; rank r holds ``sizes[r]`` rows.  # [n/t] -> [n]"""
     t, c = len(sizes), max(sizes)
-    if t == 1:
-        return x
+    full_shape = [sum(sizes) if i == dim else n for i, n in enumerate(x.shape)]
+    if t == 1 or math.prod(full_shape) == 0:
+        return x if t == 1 else x.new_zeros(full_shape)
     front = _pad_rows(x.movedim(dim, 0), c).contiguous()  # [c, ...]
     out = front.new_empty((t * c, *front.shape[1:]))  # [t*c, ...]
     _all_gather_flat(out, front, group=group)
@@ -56,8 +60,8 @@ def all_gather(x: torch.Tensor, dim: int, sizes: list[int], group) -> torch.Tens
 def reduce_scatter(x: torch.Tensor, dim: int, sizes: list[int], rank: int, op, group) -> torch.Tensor:
     """Reduce the ranks' full addends and keep chunk ``rank`` along ``dim``.  # [n] -> [n/t]"""
     t, c = len(sizes), max(sizes)
-    if t == 1:
-        return x
+    if t == 1 or x.numel() == 0:
+        return x.narrow(dim, 0, sizes[rank])
     front = _pad_rows(x.movedim(dim, 0), t * c).contiguous()  # [t*c, ...]
     out = front.new_empty((c, *front.shape[1:]))  # [c, ...]
     _reduce_scatter_flat(out, front, op=op, group=group)
@@ -69,7 +73,7 @@ def reduce_scatter(x: torch.Tensor, dim: int, sizes: list[int], rank: int, op, g
 def all_reduce(x: torch.Tensor, op, group) -> torch.Tensor:
     """Every rank gets the reduction of all ranks' tensors (into a new tensor)."""
     t = dist.get_world_size(group)
-    if t == 1:
+    if t == 1 or x.numel() == 0:
         return x
     out = x.contiguous().clone()
     dist.all_reduce(out, op=op, group=group)
@@ -88,6 +92,10 @@ def all_to_all(x: torch.Tensor, src_dim: int, dst_dim: int, src_sizes: list[int]
     t, cs, cd = len(src_sizes), max(src_sizes), max(dst_sizes)
     if t == 1:
         return x
+    full_shape = [sum(src_sizes) if i == src_dim else n for i, n in enumerate(x.shape)]
+    if math.prod(full_shape) == 0:
+        full_shape[dst_dim] = dst_sizes[rank]
+        return x.new_zeros(full_shape)
     padded = _pad_rows(x.movedim(src_dim, 0), cs).movedim(0, src_dim)
     padded = _pad_rows(padded.movedim(dst_dim, 0), t * cd).movedim(0, dst_dim)
     send = torch.stack(padded.split(cd, dim=dst_dim)).contiguous()  # [t, ..cs.., ..cd..]
@@ -103,7 +111,7 @@ def all_to_all(x: torch.Tensor, src_dim: int, dst_dim: int, src_sizes: list[int]
 def broadcast(x: torch.Tensor, src: int, group) -> torch.Tensor:
     """Every rank gets group-rank ``src``'s ``x`` (the others pass a buffer of that shape)."""
     t = dist.get_world_size(group)
-    if t == 1:
+    if t == 1 or x.numel() == 0:
         return x
     out = x.contiguous().clone()
     dist.broadcast(out, src=dist.get_global_rank(group, src) if group is not None else src, group=group)
@@ -121,6 +129,8 @@ def scatter(full: torch.Tensor | None, like: torch.Tensor, dim: int, sizes: list
     t, c = len(sizes), max(sizes)
     if t == 1:
         return like if full is None else full
+    if like.numel() == 0:
+        return like.narrow(dim, 0, sizes[rank])
     front_shape = (c, *like.movedim(dim, 0).shape[1:])
     out = like.new_empty(front_shape)
     chunks = None

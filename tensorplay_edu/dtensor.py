@@ -123,6 +123,12 @@ class DTensor:
                 self._grad_layout.declare(self._grad_layout.default)
             else:
                 _, gp = _resolve(self._mesh, grad_placements, self.ndim, "to_local(grad_placements=...)")
+                for p, g in zip(self._placements, gp):
+                    if (isinstance(p, Shard) or isinstance(g, Shard)) and p != g:
+                        raise ValueError(
+                            f"to_local(grad_placements={list(gp)}): the gradient must have the local tensor's "
+                            f"shape, so where the tensor is {p} it cannot be {g}; only Replicate and Partial "
+                            "can stand for each other")
                 self._grad_layout.declare(gp)
         return self._local
 
