@@ -292,6 +292,8 @@ def run_from_env(fn, *args, timeout: float = 60.0) -> None:
     init_from_env(timeout)
     try:
         fn(*args)
+    except SystemExit as stop:
+        _finish(stop.code if isinstance(stop.code, int) else 1)
     except BaseException:
         traceback.print_exc()
         _finish(1)
