@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from .debug import CommDebugMode
 from .dtensor import DTensor
-from .launch import current_device, launch, run_from_env
+from .launcher import current_device, launch, run_from_env
 from .mesh import init_device_mesh
 from .placement import Partial, Replicate, Shard
 

@@ -31,7 +31,7 @@ def _ensure_default_group(device_type: str, world_size: int) -> None:
     if dist.is_initialized():
         return
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        from .launch import init_from_env
+        from .launcher import init_from_env
 
         init_from_env()
     elif world_size == 1:  # a one-rank mesh in a plain notebook or script

@@ -14,8 +14,9 @@ How :func:`launch` avoids the known failure modes:
   or crash and makes Python 3.12+ warn on stderr; ``spawn`` costs seconds per launch.
 * **notebook functions** travel by value with ``cloudpickle`` (``spawn`` would look
   them up by name in a ``__main__`` that has no such function).
-* **rendezvous**: the parent opens a ``TCPStore`` on port 0 (the OS picks a free port),
-  so re-running a cell and two launches at once never collide.
+* **rendezvous** through a ``FileStore`` in a fresh temporary folder: no port at all, so
+  re-running a cell and two launches at once never collide.  (A ``TCPStore`` on port 0
+  works too, but here one launch in ten waited 5 s on a client's connect retry.)
 * **results** come back through one pipe per rank, read *while* the ranks run (joining
   first could deadlock on a full pipe), pickled as plain copies (tensors detached, on
   the CPU), so they stay valid after the rank exits.
@@ -134,7 +135,7 @@ def _finish(code: int) -> None:
     os._exit(code)
 
 
-def _rank_main(payload: bytes, rank: int, world_size: int, port: int, backend: str, timeout: float,
+def _rank_main(payload: bytes, rank: int, world_size: int, store_path: str, backend: str, timeout: float,
                threads: int, conn, log_path: str) -> None:
     """Entry point of one launched rank (runs in the child process)."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -147,7 +148,7 @@ def _rank_main(payload: bytes, rank: int, world_size: int, port: int, backend: s
     try:
         fn, args = cloudpickle.loads(payload)
         wait = timedelta(seconds=timeout)
-        store = dist.TCPStore("127.0.0.1", port, None, False, timeout=wait)
+        store = dist.FileStore(store_path, world_size)
         if backend == "nccl":
             torch.cuda.set_device(rank)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=wait)
@@ -191,8 +192,8 @@ def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float
                            "use backend='gloo' on the CPU")
     ctx = _context(start_method)
     payload = cloudpickle.dumps((fn, args))
-    store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=timeout), wait_for_workers=False)
-    logdir = tempfile.mkdtemp(prefix="tensorplay_ranks_")
+    logdir = tempfile.mkdtemp(prefix="tensorplay_ranks_")  # rendezvous file and rank logs
+    store_path = os.path.join(logdir, "rendezvous")
     logs = [os.path.join(logdir, f"rank{r}.log") for r in range(world_size)]
     procs, conns = [], []
     try:
@@ -200,7 +201,7 @@ def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float
             for r in range(world_size):
                 recv, send = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_rank_main, name=f"tensorplay-rank{r}", daemon=True,
-                                args=(payload, r, world_size, store.port, backend, timeout, threads, send, logs[r]))
+                                args=(payload, r, world_size, store_path, backend, timeout, threads, send, logs[r]))
                 p.start()
                 send.close()
                 procs.append(p)
@@ -219,7 +220,6 @@ def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float
             c.close()
         _print_logs(logs)
         shutil.rmtree(logdir, ignore_errors=True)
-        del store
 
 
 def _collect(procs, conns, timeout: float) -> list:

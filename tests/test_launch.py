@@ -1,0 +1,212 @@
+"""The launcher: results, failures, timeouts, re-launch, concurrency, prints, threads."""
+
+import inspect
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from tensorplay_edu import RankError, launch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone too
+        return f.read().split(")")[-1].split()[0] == "Z"
+
+
+def _pids(path):
+    with open(path) as f:
+        return [int(line) for line in f.read().split()]
+
+
+def _note_pid(path):
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+
+
+def test_results_come_back_in_rank_order_with_args_and_tensors():
+    def work(scale, offset):  # a closure: travels by value, like a notebook cell's function
+        x = torch.full((2,), float(dist.get_rank()))
+        dist.all_reduce(x)
+        return {"rank": dist.get_rank(), "world": dist.get_world_size(), "x": x * scale + offset}
+
+    out = launch(work, 3, 2.0, 1.0)
+    assert [o["rank"] for o in out] == [0, 1, 2] and {o["world"] for o in out} == {3}
+    for o in out:  # tensors are plain copies that outlive the ranks
+        assert torch.equal(o["x"], torch.full((2,), 7.0))
+
+
+def test_lambda_and_single_rank():
+    assert launch(lambda: dist.get_world_size() * 10, 1) == [10]
+
+
+def test_a_rank_that_raises_is_named_fast_and_nobody_is_left(tmp_path):
+    pidfile = str(tmp_path / "pids")
+
+    def work():
+        _note_pid(pidfile)
+        if dist.get_rank() == 1:
+            raise ValueError("boom on purpose")
+        dist.all_reduce(torch.ones(1))  # the others wait here for rank 1, forever
+        return "unreachable"
+
+    start = time.monotonic()
+    with pytest.raises(RankError) as info:
+        launch(work, 3)
+    assert time.monotonic() - start < 10
+    assert info.value.rank == 1 and "rank 1 of 3 raised" in str(info.value)
+    assert "ValueError: boom on purpose" in info.value.remote_traceback
+    pids = _pids(pidfile)
+    assert len(pids) == 3 and all(_gone(p) for p in pids)
+
+
+def test_a_rank_that_exits_without_a_word(tmp_path):
+    pidfile = str(tmp_path / "pids")
+
+    def work():
+        _note_pid(pidfile)
+        if dist.get_rank() == 0:
+            sys.stdout.flush()
+            os._exit(7)
+        dist.barrier()
+
+    with pytest.raises(RankError, match="rank 0 of 2 exited with code 7"):
+        launch(work, 2)
+    assert all(_gone(p) for p in _pids(pidfile))
+
+
+def test_mismatched_collectives_end_in_a_timeout_error_not_a_hang(tmp_path):
+    pidfile = str(tmp_path / "pids")
+
+    def work():
+        _note_pid(pidfile)
+        x = torch.ones(4)
+        if dist.get_rank() == 0:
+            dist.all_reduce(x)
+        else:
+            dist.all_gather_single(torch.empty(8), x) if hasattr(dist, "all_gather_single") else \
+                dist.all_gather_into_tensor(torch.empty(8), x)
+        return "done"
+
+    start = time.monotonic()
+    with pytest.raises((RankError, TimeoutError)) as info:
+        launch(work, 2, timeout=3)
+    assert time.monotonic() - start < 20
+    message = str(info.value).lower()
+    assert "collective" in message and ("timed out" in message or "still running" in message or "mismatch" in message)
+    assert all(_gone(p) for p in _pids(pidfile))
+
+
+def test_a_skipped_collective_times_out_in_the_parent():
+    def work():
+        if dist.get_rank() == 0:
+            time.sleep(30)  # never joins rank 1's final barrier in time
+        return dist.get_rank()
+
+    start = time.monotonic()
+    with pytest.raises((TimeoutError, RankError), match="still running|timed out"):
+        launch(work, 2, timeout=2)
+    assert time.monotonic() - start < 15
+
+
+def test_relaunch_and_two_launches_at_once():
+    def work(tag):
+        x = torch.ones(3) * (dist.get_rank() + 1)
+        dist.all_reduce(x)
+        return (tag, x.tolist())
+
+    first = launch(work, 2, "a")
+    assert launch(work, 2, "a") == first  # re-running "the cell"
+    out = {}
+    threads = [threading.Thread(target=lambda k=k: out.__setitem__(k, launch(work, 2, k))) for k in ("x", "y")]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert out == {"x": [("x", [3.0] * 3)] * 2, "y": [("y", [3.0] * 3)] * 2}
+
+
+def test_prints_arrive_whole_in_rank_order(capfd):
+    def work():
+        for i in range(3):
+            print(f"python line {i} from {dist.get_rank()}")
+            time.sleep(0.01 * (2 - dist.get_rank()))
+        os.write(1, f"C-level write from {dist.get_rank()}\n".encode())
+        return None
+
+    launch(work, 2)
+    lines = [line for line in capfd.readouterr().out.splitlines() if line.startswith("[rank")]
+    assert lines == [
+        "[rank 0] python line 0 from 0", "[rank 0] python line 1 from 0", "[rank 0] python line 2 from 0",
+        "[rank 0] C-level write from 0",
+        "[rank 1] python line 0 from 1", "[rank 1] python line 1 from 1", "[rank 1] python line 2 from 1",
+        "[rank 1] C-level write from 1",
+    ]
+
+
+def test_one_thread_per_rank_by_default():
+    assert launch(torch.get_num_threads, 2) == [1, 1]
+    assert launch(torch.get_num_threads, 1, threads=2) == [2]
+
+
+def test_defaults_and_argument_errors():
+    params = inspect.signature(launch).parameters
+    assert params["timeout"].default <= 60 and params["backend"].default == "gloo"
+    with pytest.raises(ValueError, match="world_size"):
+        launch(print, 0)
+    with pytest.raises(ValueError, match="backend"):
+        launch(print, 1, backend="mpi")
+    if torch.cuda.device_count() < 2:
+        with pytest.raises(RuntimeError, match="CUDA"):
+            launch(print, 2, backend="nccl")
+
+
+def test_a_result_that_cannot_travel_is_explained():
+    def work():
+        return dist.group.WORLD
+
+    with pytest.raises(RankError, match="cannot be sent back"):
+        launch(work, 1)
+
+
+def test_notebook_defined_function_runs_without_stderr():
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("import torch\ntorch.ones(64, 64) @ torch.ones(64, 64)  # warm the OpenMP pool"),
+        nbformat.v4.new_code_cell(
+            "import torch.distributed as dist\nfrom tensorplay_edu import launch\n"
+            "def work(n):\n    x = torch.ones(64, 64) @ torch.ones(64, 64)\n    print('hi', dist.get_rank())\n"
+            "    return dist.get_rank() * n + int(x[0, 0])\n"
+            "print(launch(work, 2, 10))\nprint(launch(work, 2, 10))"),
+    ]
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": ROOT}}).execute()
+    outputs = nb.cells[1].outputs
+    assert all(o.get("name") != "stderr" for o in outputs), outputs
+    text = "".join(o.get("text", "") for o in outputs)
+    assert text == "[rank 0] hi 0\n[rank 1] hi 1\n[64, 74]\n" * 2
+
+
+def test_demo_under_torchrun_and_launch():
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    run = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "tensorplay_edu.demo"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "check against single-process math: OK" in run.stdout and "on 2 rank(s)" in run.stdout
+    run = subprocess.run([sys.executable, "-m", "tensorplay_edu.demo", "--world", "3"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0 and "check against single-process math: OK" in run.stdout, run.stdout + run.stderr

@@ -1,0 +1,35 @@
+"""DeviceMesh: inside launched ranks, and with no process group at all."""
+
+import subprocess
+import sys
+
+import pytest
+
+import rank_checks
+from tensorplay_edu import launch
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_mesh_api_inside_ranks(world_size):
+    results = launch(rank_checks.mesh_api, world_size)
+    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
+    assert not fails, "\n".join(fails)
+    assert min(n for _, n in results) >= 15
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin"}  # no RANK / WORLD_SIZE from anywhere
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_one_rank_mesh_needs_no_launcher():
+    run = _python(
+        "import torch\nfrom tensorplay_edu import init_device_mesh, distribute_tensor, Shard\n"
+        "mesh = init_device_mesh('cpu', (1,))\nx = torch.arange(6.).view(2, 3)\n"
+        "d = distribute_tensor(x, mesh, [Shard(1)])\nassert torch.equal(d.full_tensor(), x)\nprint('ok', mesh.size())\n")
+    assert run.returncode == 0 and run.stdout.strip() == "ok 1", run.stderr
+
+
+def test_many_rank_mesh_without_ranks_says_how_to_start_them():
+    run = _python("from tensorplay_edu import init_device_mesh\ninit_device_mesh('cpu', (4,))\n")
+    assert run.returncode != 0 and "tensorplay_edu.launch" in run.stderr and "torchrun" in run.stderr
