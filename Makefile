@@ -9,8 +9,8 @@ setup: $(STAMP)
 # Re-installs only when the requirements or the package metadata change.
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PY) -m pip install -qq --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -qq --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
 # The whole suite: pytest, then every notebook under nbval (once notebooks exist).

@@ -31,8 +31,10 @@ def _pids(path):
 
 
 def _note_pid(path):
+    """Write this rank's pid, and wait until every rank has written its own."""
     with open(path, "a") as f:
         f.write(f"{os.getpid()}\n")
+    dist.barrier()
 
 
 def test_results_come_back_in_rank_order_with_args_and_tensors():
@@ -83,7 +85,8 @@ def test_a_rank_that_exits_without_a_word(tmp_path):
 
     with pytest.raises(RankError, match="rank 0 of 2 exited with code 7"):
         launch(work, 2)
-    assert all(_gone(p) for p in _pids(pidfile))
+    pids = _pids(pidfile)
+    assert len(pids) == 2 and all(_gone(p) for p in pids)
 
 
 def test_mismatched_collectives_end_in_a_timeout_error_not_a_hang(tmp_path):
@@ -105,7 +108,8 @@ def test_mismatched_collectives_end_in_a_timeout_error_not_a_hang(tmp_path):
     assert time.monotonic() - start < 20
     message = str(info.value).lower()
     assert "collective" in message and ("timed out" in message or "still running" in message or "mismatch" in message)
-    assert all(_gone(p) for p in _pids(pidfile))
+    pids = _pids(pidfile)
+    assert len(pids) == 2 and all(_gone(p) for p in pids)
 
 
 def test_a_skipped_collective_times_out_in_the_parent():
