@@ -1,11 +1,12 @@
 """tensorplay_edu: tensor parallelism you can read line by line and run on a laptop.
 
 Reading order: placement -> mesh -> collectives -> transition (the heart) -> dtensor
--> debug -> launcher.
+-> distribute -> debug -> launcher.
 """
 
 from .debug import CommDebugMode
-from .dtensor import DTensor, distribute_tensor
+from .distribute import distribute_tensor
+from .dtensor import DTensor
 from .launcher import RankError, launch, run_from_env
 from .mesh import DeviceMesh, init_device_mesh
 from .placement import Partial, Placement, Replicate, Shard

@@ -18,12 +18,11 @@ import math
 
 import torch
 
-from . import collectives as C
 from .mesh import DeviceMesh, get_current_mesh
-from .placement import Partial, Placement, Replicate, Shard, chunk_offset, chunk_sizes, normalize
+from .placement import Placement, Replicate, Shard, chunk_sizes, normalize
 from .transition import GradLayout, Redistribute
 
-__all__ = ["DTensor", "distribute_tensor", "register_torch_function"]
+__all__ = ["DTensor", "register_torch_function"]
 
 # torch functions a DTensor accepts: filled by features such as loss_parallel.
 _TORCH_FUNCTIONS: dict = {}
@@ -106,6 +105,8 @@ class DTensor:
                 f"{expected} (torch.chunk sizes); pass the right shape="
             )
         if run_check:
+            from .distribute import run_check as _run_check  # the one from_local that communicates
+
             local_tensor = _run_check(local_tensor, mesh, placements, shape)
         layout = GradLayout(placements)
         local = Redistribute.apply(local_tensor, mesh, placements, placements, shape, layout)
@@ -271,63 +272,3 @@ def _refuse(op: str):
 for _op in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "matmul", "rmatmul", "pow",
             "neg", "getitem", "setitem", "iadd", "isub", "imul", "itruediv", "lt", "le", "gt", "ge"):
     setattr(DTensor, f"__{_op}__", _refuse(f"__{_op}__"))
-
-
-def _run_check(local: torch.Tensor, mesh: DeviceMesh, placements, shape) -> torch.Tensor:
-    """from_local(run_check=True): check every rank's local shape, broadcast replicas from rank 0."""
-    mine = _local_shape(shape, mesh, placements)
-    for i, p in enumerate(placements):
-        group, t = mesh.get_group(i), mesh.size(i)
-        sizes = torch.tensor([list(local.shape)], dtype=torch.int64, device=local.device)  # [1, ndim]
-        for r, got in enumerate(C.all_gather(sizes, 0, [1] * t, group).tolist()):
-            want = list(mine)
-            if isinstance(p, Shard):
-                want[p.dim] = chunk_sizes(shape[p.dim], t)[r]
-            if got != want:
-                raise ValueError(f"DTensor.from_local(run_check=True): rank {r} of mesh dim {i} holds a local "
-                                 f"tensor of shape {got}, expected {want} for global {list(shape)} as {list(placements)}")
-        if isinstance(p, Replicate):
-            local = _TakeValues.apply(local, C.broadcast(local, 0, group))
-    return local
-
-
-class _TakeValues(torch.autograd.Function):
-    """``values`` in forward, the gradient straight to ``x`` in backward (run_check's broadcast)."""
-
-    @staticmethod
-    def forward(ctx, x, values):
-        return values
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, None
-
-
-def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = None, placements=None, *,
-                      src_data_rank: int | None = 0) -> DTensor:
-    """Lay a full tensor out over the mesh: a new leaf DTensor.
-
-    ``Shard`` scatters and ``Replicate`` broadcasts from rank ``src_data_rank`` of each
-    mesh dim; with ``src_data_rank=None`` every rank keeps its own data (no
-    communication).  ``Partial`` keeps the value on that rank and zeros elsewhere.
-    """
-    if not tensor.is_leaf:
-        raise RuntimeError("`distribute_tensor` should be used to distribute leaf tensors! but found non-leaf tensor!")
-    mesh, placements = _resolve(device_mesh, placements, tensor.ndim, "distribute_tensor")
-    x = tensor.detach()
-    for i, p in enumerate(placements):
-        group, t, r = mesh.get_group(i), mesh.size(i), mesh.get_local_rank(i)
-        src = 0 if src_data_rank is None else src_data_rank
-        if isinstance(p, Shard):
-            n = tensor.shape[p.dim]
-            if src_data_rank is None:
-                x = x.narrow(p.dim, chunk_offset(n, t, r), chunk_sizes(n, t)[r])
-            else:
-                x = C.scatter(x if r == src else None, x, p.dim, chunk_sizes(n, t), r, src, group)
-        elif isinstance(p, Replicate) and src_data_rank is not None:
-            x = C.broadcast(x, src, group)
-        elif isinstance(p, Partial):
-            x = x if r == src else torch.zeros_like(x)
-    local = x.clone(memory_format=torch.contiguous_format)  # never alias the caller's tensor
-    local.requires_grad_(tensor.requires_grad)
-    return DTensor(local, mesh, placements, tensor.shape, GradLayout(placements))

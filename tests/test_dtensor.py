@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-import rank_checks
+import rank_api
 from tensorplay_edu import CommDebugMode, Partial, Replicate, Shard, launch
 from tensorplay_edu.debug import backward_scope, module_scope, record
 from tensorplay_edu.placement import chunk_offset, chunk_sizes
@@ -12,7 +12,7 @@ from tensorplay_edu.transition import TABLE
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_dtensor_api_against_single_process(world_size):
-    results = launch(rank_checks.dtensor_api, world_size)
+    results = launch(rank_api.dtensor_api, world_size)
     fails = sorted({f for rank_fails, _ in results for f in rank_fails})
     assert not fails, "\n".join(fails)
     assert all(n == 99 for _, n in results)

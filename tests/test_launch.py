@@ -185,7 +185,7 @@ def test_a_result_that_cannot_travel_is_explained():
 
 
 def test_notebook_defined_function_runs_without_stderr():
-    nbformat = pytest.importorskip("nbformat")
+    import nbformat  # both come with nbval
     from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook()
