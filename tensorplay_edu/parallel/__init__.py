@@ -1,0 +1,14 @@
+"""The ``torch.distributed.tensor.parallel`` API, on tensorplay_edu's DTensor."""
+
+from .api import parallelize_module
+from .loss import loss_parallel
+from .params import ParamLayout, full_state_dict, load_full_state_dict, param_layout
+from .prepare import PrepareModuleInput, PrepareModuleInputOutput, PrepareModuleOutput
+from .sequence import SequenceParallel
+from .style import ColwiseParallel, ParallelStyle, RowwiseParallel
+
+__all__ = [
+    "ColwiseParallel", "ParallelStyle", "PrepareModuleInput", "PrepareModuleInputOutput", "PrepareModuleOutput",
+    "RowwiseParallel", "SequenceParallel", "parallelize_module", "loss_parallel",
+    "ParamLayout", "param_layout", "full_state_dict", "load_full_state_dict",
+]

@@ -1,0 +1,66 @@
+"""SequenceParallel: run a per-token module (LayerNorm, RMSNorm, Dropout) on this rank's
+slice of the sequence.  No communication in forward or backward.
+
+Parameters stay whole (replicated, broadcast from ``src_data_rank``; ``None`` keeps each
+rank's own).  Each rank sees only its tokens, so a parameter's gradient is a partial
+sum over the TP group: :mod:`~tensorplay_edu.parallel.grad_sync` reduces all of them in
+one bucketed all-reduce at the end of the backward, so ``.grad`` is final when
+``loss.backward()`` returns (PyTorch leaves them ``Partial`` and reduces each later).
+
+A plain tensor input is taken as already sharded on ``sequence_dim`` (its global length
+is local x ranks); a DTensor input is redistributed there.  The output is a
+``Shard(sequence_dim)`` DTensor, or its local tensor with ``use_local_output=True``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..debug import module_scope
+from ..dtensor import DTensor
+from ..mesh import DeviceMesh
+from ..placement import Replicate, Shard
+from .grad_sync import bucket_for
+from .params import distribute_param
+from .style import ParallelStyle, fqn, mark_applied, to_layout
+
+__all__ = ["SequenceParallel"]
+
+
+class SequenceParallel(ParallelStyle):
+    def __init__(self, *, sequence_dim: int = 1, use_local_output: bool = False):
+        self.sequence_sharding = (Shard(sequence_dim),)
+        self.use_local_output = use_local_output
+
+    def __repr__(self):
+        return f"SequenceParallel(sequence_dim={self.sequence_sharding[0].dim}, use_local_output={self.use_local_output})"
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        mark_applied(module, "SequenceParallel")
+        for sub in module.modules():
+            for name, _ in list(sub.named_parameters(recurse=False)):
+                param = distribute_param(sub, name, Replicate(), device_mesh, self.src_data_rank)
+                bucket_for(device_mesh).register(param)
+        module.register_forward_pre_hook(lambda mod, inputs: self._prepare_input(mod, inputs, device_mesh))
+        module.register_forward_hook(lambda mod, inputs, out: self._prepare_output(mod, inputs, out, device_mesh))
+        return module
+
+    def _prepare_input(self, module, inputs, mesh):
+        x, rest = inputs[0], inputs[1:]
+        if isinstance(x, DTensor):
+            with module_scope(fqn(module)):
+                x = to_layout(x, self.sequence_sharding[0])
+        elif isinstance(x, torch.Tensor):
+            x = DTensor.from_local(x, mesh, self.sequence_sharding)  # [b, s/t, h] taken as this rank's slice
+        else:
+            raise ValueError(f"expecting input of {fqn(module)} to be a torch.Tensor or DTensor, but got {x!r}")
+        module._tp_sequence_length = x.shape[x.placements[0].dim]
+        return (x.to_local(), *rest)
+
+    def _prepare_output(self, module, inputs, out, mesh):
+        dim = self.sequence_sharding[0].normalized(out.ndim).dim
+        shape = list(out.shape)
+        shape[dim] = module._tp_sequence_length
+        dt = DTensor.from_local(out, mesh, [Shard(dim)], shape=shape)
+        return dt.to_local() if self.use_local_output else dt
