@@ -23,7 +23,7 @@ from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Placement, Replicate
 
-__all__ = ["ParamLayout", "param_layout", "distribute_param", "full_state_dict", "load_full_state_dict"]
+__all__ = ["ParamLayout", "param_layout", "as_dtensor", "distribute_param", "full_state_dict", "load_full_state_dict"]
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,11 @@ def distribute_param(module: nn.Module, name: str, placement: Placement, mesh: D
     return param
 
 
-def as_dtensor(param: torch.Tensor) -> DTensor:
-    """A parallelized parameter as the DTensor it is a piece of (no communication)."""
+def as_dtensor(param: torch.Tensor, local: torch.Tensor | None = None) -> DTensor:
+    """A parallelized parameter (or ``local``, e.g. its gradient) as the DTensor it is a
+    piece of.  No communication."""
     layout = param_layout(param)
-    return DTensor.from_local(param, layout.mesh, layout.placements, shape=layout.shape)
+    return DTensor.from_local(param if local is None else local, layout.mesh, layout.placements, shape=layout.shape)
 
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -62,7 +63,7 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
         if param_layout(value) is None:
             out[name] = value.detach().clone()
         else:
-            out[name] = as_dtensor(value.detach()).full_tensor()
+            out[name] = as_dtensor(value, value.detach()).full_tensor()
     return out
 
 
