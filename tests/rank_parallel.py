@@ -193,3 +193,15 @@ def run_llama(plan: str, dtype_name: str, n_layers: int = 2) -> tuple[list[str],
 
     return train_compare(f"Llama {plan}", lambda: Transformer(args), lambda m, mesh: parallelize_llama(m, mesh, plan),
                          tokens, loss_of=loss_of, dtype=getattr(torch, dtype_name), input_grad=False)
+
+
+def run_llama_with(apply, dtype_name: str = "float64") -> tuple[list[str], int]:
+    """The Llama trained under any ``apply(model, mesh)`` (the seed's apply_tp) against one process."""
+    from tensorplay_edu.models import ModelArgs, Transformer, llama_loss
+
+    args = ModelArgs(dim=48, n_layers=2, n_heads=12, vocab_size=50, max_seq_len=24)
+    labels = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(5))
+    return train_compare("seed apply_tp", lambda: Transformer(args), apply,
+                         lambda g, dt: torch.randint(0, 50, (2, 12), generator=g),
+                         loss_of=lambda logits: llama_loss(logits, labels), dtype=getattr(torch, dtype_name),
+                         input_grad=False)
