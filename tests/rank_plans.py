@@ -62,7 +62,7 @@ def seed_training(source: str):
 
 def api_errors() -> tuple[list[str], int]:
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    t, r = mesh.size(), mesh.get_local_rank()
+    t = mesh.size()
     fails = []
     ln = nn.Sequential(nn.LayerNorm(4))
     _raises(fails, "unsupported module", NotImplementedError,

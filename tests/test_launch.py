@@ -207,10 +207,13 @@ def test_notebook_defined_function_runs_without_stderr():
 def test_demo_under_torchrun_and_launch():
     env = dict(os.environ, OMP_NUM_THREADS="1")
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    run = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "tensorplay_edu.demo"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=240)
+    run = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "tensorplay_edu.demo", "--steps", "4"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "check against single-process math: OK" in run.stdout and "on 2 rank(s)" in run.stdout
-    run = subprocess.run([sys.executable, "-m", "tensorplay_edu.demo", "--world", "3"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=240)
-    assert run.returncode == 0 and "check against single-process math: OK" in run.stdout, run.stdout + run.stderr
+    assert "check against the single-device model: OK" in run.stdout and "on 2 rank(s)" in run.stdout
+    for flags, ok in [(["--world", "3", "--transitions"], "check against single-process math: OK"),
+                      (["--world", "2", "--plan", "vanilla", "--steps", "3", "--dtype", "float32"],
+                       "check against the single-device model: OK")]:
+        run = subprocess.run([sys.executable, "-m", "tensorplay_edu.demo", *flags], cwd=ROOT, capture_output=True,
+                             text=True, timeout=240)
+        assert run.returncode == 0 and ok in run.stdout, run.stdout + run.stderr
