@@ -70,7 +70,9 @@ def test_collectives_of_one_training_step(world_size):
 
 
 def _seed_source():
-    path = next(p for p in glob.glob(os.path.join(SEEDS, "*.txt")) if "def apply_tp" in open(p).read())
+    paths = [p for p in glob.glob(os.path.join(SEEDS, "*.txt")) if "def apply_tp" in open(p).read()]
+    assert paths, f"the seed with torchtitan's apply_tp is expected in {os.path.normpath(SEEDS)} (../shared/seeds)"
+    path = paths[0]
     text = open(path).read()
     return text[text.index("def apply_tp"):]
 
