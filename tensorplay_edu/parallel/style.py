@@ -97,8 +97,6 @@ def _shape_with(local: torch.Tensor, dim: int, size: int) -> list[int]:
 
 
 class _LinearOrEmbedding(ParallelStyle):
-    name = ""
-
     def __init__(self, *, input_layouts: Placement | None = None, output_layouts: Placement | None = None,
                  use_local_output: bool = True):
         self.input_layouts = (input_layouts or self.default_input,)
@@ -180,12 +178,16 @@ class RowwiseParallel(_LinearOrEmbedding):
         else:
             distribute_param(module, "weight", Shard(0), mesh, self.src_data_rank)
             module.forward = types.MethodType(_vocab_parallel_embedding, module)
-        self.desired_input_layouts = (Shard(-1),) if isinstance(module, nn.Linear) else (Replicate(),)
+
+    @staticmethod
+    def desired_input_layout(module) -> Placement:
+        """A Linear wants its input split on the features, an Embedding wants all the ids."""
+        return Shard(-1) if isinstance(module, nn.Linear) else Replicate()
 
     def _prepare_input(self, module, inputs, mesh):
         with module_scope(fqn(module)):
             x = to_layout(as_dtensor(inputs[0], mesh, self.input_layouts[0], self._input_shape(module, inputs[0], mesh)),
-                          self.desired_input_layouts[0])
+                          self.desired_input_layout(module))
         return (x.to_local(),)
 
     def _input_shape(self, module, x, mesh):
