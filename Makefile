@@ -2,7 +2,7 @@
 PY    := .venv/bin/python
 STAMP := .venv/.installed
 
-.PHONY: setup test demo lab notebooks clean
+.PHONY: setup test demo bench lab notebooks clean
 
 setup: $(STAMP)
 
@@ -29,6 +29,10 @@ notebooks: setup
 # The main job: a multi-rank run checked against single-process math (CPU, gloo).
 demo: setup
 	$(PY) -m tensorplay_edu.demo
+
+# Step time, collectives and memory: one process vs tensorplay_edu vs PyTorch's TP (writes benchmarks/results.md).
+bench: setup
+	$(PY) benchmarks/bench.py $(BENCH_FLAGS)
 
 lab: setup
 	.venv/bin/jupyter lab notebooks/

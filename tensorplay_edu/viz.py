@@ -131,12 +131,17 @@ def draw_layout(shape, placements, mesh_shape=None, *, mesh_dim_names=None, dims
     return fig
 
 
-def draw_transition(shape, src, dst, world_size: int = 4, *, backward: bool = True, title=None):
+def draw_transition(shape, src, dst, world_size: int = 4, *, backward: bool = True, grad_placement=None, title=None):
     """Before and after one move of the transition table, with the collective in between,
-    and (``backward=True``) the collective its gradient takes on the way back."""
+    and (``backward=True``) the collective its gradient takes on the way back.
+
+    ``grad_placement`` is the gradient's placement when its readers declare one
+    (``to_local(grad_placements=[Partial()])``): ``src=dst=Replicate()`` with
+    ``grad_placement=Partial()`` draws Megatron's f.
+    """
     src_n, dst_n = normalize([src], len(shape))[0], normalize([dst], len(shape))[0]
     forward_op = _op(src_n, dst_n)
-    grad_src = Replicate() if isinstance(dst_n, Partial) else dst_n
+    grad_src = grad_placement or (Replicate() if isinstance(dst_n, Partial) else dst_n)
     back_op = _op(grad_src, Replicate() if isinstance(src_n, Partial) else src_n)
     dims = _view_dims(shape, None)
     fig, (left, mid, right) = plt.subplots(1, 3, figsize=(10, 3.2), gridspec_kw={"width_ratios": [3, 1.4, 3]})

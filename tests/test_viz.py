@@ -71,6 +71,8 @@ def test_transition_shows_forward_and_backward_collectives():
     assert _texts(fig.axes[1]) == ["forward: reduce_scatter", "backward: all_gather"]
     fig = draw_transition((8, 6), Shard(1), Replicate(), 4)
     assert _texts(fig.axes[1]) == ["forward: all_gather", "backward: local chunk"]
+    fig = draw_transition((8, 6), Replicate(), Replicate(), 4, grad_placement=Partial())  # Megatron's f
+    assert _texts(fig.axes[1]) == ["forward: nothing", "backward: all_reduce"]
 
 
 def test_flow_and_comm_chart():

@@ -142,8 +142,13 @@ def llama_loss(logits, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits, labels.flatten(0, 1))
 
 
-def parallelize_llama(model: Transformer, mesh: DeviceMesh, plan: str = "full") -> Transformer:
-    """Apply the ``"vanilla"`` or ``"full"`` plan (see the module docstring) in place."""
+def parallelize_llama(model: Transformer, mesh: DeviceMesh, plan: str = "full", *,
+                      gather_logits: bool = False) -> Transformer:
+    """Apply the ``"vanilla"`` or ``"full"`` plan (see the module docstring) in place.
+
+    ``gather_logits=True`` (full plan) all-gathers the logits instead of leaving them
+    vocab-sharded for ``loss_parallel`` (what loss_parallel saves, for comparison).
+    """
     t, args = mesh.size(), model.args
     for name, n in (("n_heads", args.n_heads), ("n_kv_heads", args.n_kv_heads or args.n_heads)):
         if n % t:
@@ -154,8 +159,9 @@ def parallelize_llama(model: Transformer, mesh: DeviceMesh, plan: str = "full") 
     sp = plan == "full"
     parallelize_module(model, mesh, {
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1) if sp else Replicate()),
-        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False) if sp
-        else ColwiseParallel(input_layouts=Replicate(), output_layouts=Replicate(), use_local_output=True),
+        "output": ColwiseParallel(input_layouts=Shard(1) if sp else Replicate(),
+                                  output_layouts=Replicate() if gather_logits or not sp else Shard(-1),
+                                  use_local_output=gather_logits or not sp),
         **({"norm": SequenceParallel()} if sp else {}),
     })
     block_plan = {

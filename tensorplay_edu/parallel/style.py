@@ -56,7 +56,7 @@ def mark_applied(module: nn.Module, style: str) -> None:
     module._tp_applied = style
 
 
-def as_dtensor(x, mesh: DeviceMesh, layout: Placement, shape=None) -> DTensor:
+def input_as_dtensor(x, mesh: DeviceMesh, layout: Placement, shape=None) -> DTensor:
     """A module input as a DTensor: a DTensor as it is, a plain tensor declared ``layout``."""
     if isinstance(x, DTensor):
         return x
@@ -146,7 +146,7 @@ class ColwiseParallel(_LinearOrEmbedding):
             if isinstance(x, torch.Tensor) and self.input_layouts[0] == Replicate() and isinstance(module, nn.Linear):
                 x = shared_replicated(x, mesh)  # [.., in]
             else:
-                x = to_layout(as_dtensor(x, mesh, self.input_layouts[0]), Replicate())  # [.., in]
+                x = to_layout(input_as_dtensor(x, mesh, self.input_layouts[0]), Replicate())  # [.., in]
         grad = [Partial()] if isinstance(module, nn.Linear) else None  # x @ W_local^T: partial input grad
         return (x.to_local(grad_placements=grad),)
 
@@ -186,7 +186,7 @@ class RowwiseParallel(_LinearOrEmbedding):
 
     def _prepare_input(self, module, inputs, mesh):
         with module_scope(fqn(module)):
-            x = to_layout(as_dtensor(inputs[0], mesh, self.input_layouts[0], self._input_shape(module, inputs[0], mesh)),
+            x = to_layout(input_as_dtensor(inputs[0], mesh, self.input_layouts[0], self._input_shape(module, inputs[0], mesh)),
                           self.desired_input_layout(module))
         return (x.to_local(),)
 

@@ -1,0 +1,235 @@
+"""`make bench`: the small Llama trained by one process, by tensorplay_edu and by PyTorch's
+own `torch.distributed.tensor.parallel`, with the same model, plan and inputs.
+
+    python benchmarks/bench.py            # small and medium configs, 2 and 4 ranks, both plans
+    python benchmarks/bench.py --quick    # small config only, fewer steps (under 2 minutes)
+
+Per (config, plan, ranks) it reports the median training-step time (forward, loss,
+backward, AdamW; the slowest rank of each step, median over steps and repeats), the ratio
+ours / PyTorch, the collectives and bytes of one step, the bytes saved for backward and
+the peak RSS per rank, and loss_parallel against gathering the logits.  The variants
+run interleaved, repeat by repeat, so a slow spell of the machine hits all of them.
+Writes benchmarks/results.md and benchmarks/results.png.  Under torchrun it runs one
+variant on GPUs: `torchrun --nproc-per-node 2 benchmarks/bench.py --torchrun --impl ours`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import resource
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from tensorplay_edu import CommDebugMode, init_device_mesh, launch
+from tensorplay_edu.launcher import current_device, run_from_env
+from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONFIGS = {
+    "small": dict(dim=256, n_layers=2, vocab_size=8192, seq=128, batch=4),
+    "medium": dict(dim=1024, n_layers=4, vocab_size=32000, seq=256, batch=4),
+}
+
+
+def build(config: str) -> tuple[Transformer, torch.Tensor, torch.Tensor]:
+    c = CONFIGS[config]
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs(dim=c["dim"], n_layers=c["n_layers"], n_heads=8, vocab_size=c["vocab_size"],
+                                  max_seq_len=c["seq"]))
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, c["vocab_size"], (c["batch"], c["seq"]), generator=g)
+    return model, tokens, tokens.roll(-1, dims=1)
+
+
+def torch_parallelize(model, plan: str):
+    """The same two plans with PyTorch's own API (what users would otherwise run)."""
+    from torch.distributed.device_mesh import init_device_mesh as torch_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+
+    mesh = torch_mesh(current_device().type, (dist.get_world_size(),))
+    sp = plan == "full"
+    parallelize_module(model, mesh, {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1) if sp else Replicate()),
+        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False) if sp
+        else ColwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+        **({"norm": SequenceParallel()} if sp else {}),
+    })
+    block = {"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
+             "attention.wo": RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel(),
+             "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
+             "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel()}
+    if sp:
+        block.update({"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
+                      "attention": PrepareModuleInput(input_layouts=(Shard(1), None),
+                                                      desired_input_layouts=(Replicate(), None)),
+                      "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))})
+    for layer in model.layers.values():
+        parallelize_module(layer, mesh, block)
+    return model
+
+
+def _saved_bytes(step) -> int:
+    """Bytes autograd keeps for backward during ``step()`` (each storage once)."""
+    seen, total = set(), 0
+
+    def pack(t):
+        nonlocal total
+        inner = t
+        for attr in ("_local_tensor", "elem"):  # PyTorch's DTensor and AsyncCollectiveTensor wrap a plain tensor
+            while isinstance(getattr(inner, attr, None), torch.Tensor):
+                inner = getattr(inner, attr)
+        try:
+            key = (inner.untyped_storage().data_ptr(), inner.untyped_storage().nbytes())
+        except RuntimeError:  # a wrapper without storage: count its elements
+            key = (id(inner), inner.numel() * inner.element_size())
+        if key not in seen:
+            seen.add(key)
+            total += key[1]
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step()
+    return total
+
+
+def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int) -> dict:
+    """One variant on this rank: per-step times, collectives, bytes, memory."""
+    device = current_device()
+    model, tokens, labels = build(config)
+    model, tokens, labels = model.to(device), tokens.to(device), labels.to(device)
+    loss_ctx = contextlib.nullcontext
+    if impl == "ours":
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+        if plan == "gathered":  # the full plan, but the output layer gathers the logits (no loss_parallel)
+            parallelize_llama(model, mesh, "full", gather_logits=True)
+        else:
+            parallelize_llama(model, mesh, plan)
+            loss_ctx = lambda: loss_context(plan)  # noqa: E731
+    elif impl == "torch":
+        torch_parallelize(model, plan)
+        if plan == "full":
+            from torch.distributed.tensor.parallel import loss_parallel
+            loss_ctx = loss_parallel
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        with loss_ctx():
+            loss = llama_loss(model(tokens), labels)
+            loss.backward()  # PyTorch's loss_parallel needs the backward inside
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()  # compile-free warm-up of every path
+    counts, nbytes = {}, 0
+    if impl == "ours":
+        with CommDebugMode() as comm:
+            saved = _saved_bytes(step)
+        counts, nbytes = comm.get_comm_counts(), comm.get_total_bytes()
+    elif impl == "torch":
+        from torch.distributed.tensor.debug import CommDebugMode as TorchComm
+        with TorchComm() as comm:
+            saved = _saved_bytes(step)
+        counts = {str(k).split(".")[-1].replace("_into_tensor", "").replace("_tensor", "").replace("_single", ""): v
+                  for k, v in comm.get_comm_counts().items()}
+    else:
+        saved = _saved_bytes(step)
+    times = []
+    for _ in range(warmup + steps):
+        if dist.get_world_size() > 1:
+            dist.barrier()
+        start = time.perf_counter()
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    times = times[warmup:]
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, times)  # plain torch.distributed: bookkeeping
+    slowest = [max(ts[i] for ts in everyone) for i in range(len(times))]
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"median_s": statistics.median(slowest), "counts": counts, "bytes": nbytes, "saved": saved, "rss_mb": rss_mb,
+            "tokens_per_s": tokens.numel() / statistics.median(slowest)}
+
+
+def variants(quick: bool):
+    for config in (["small"] if quick else ["small", "medium"]):
+        for world in (2, 4):
+            for plan in ("vanilla", "full"):
+                yield config, plan, world
+
+
+def run(args) -> list[dict]:
+    rows = {}
+    steps, warmup, repeats = (3, 1, 2) if args.quick else (5, 1, 3)
+    singles = {}
+    for rep in range(repeats):
+        for config, plan, world in variants(args.quick):
+            for impl in ("ours", "torch"):
+                res = launch(rank_bench, world, config, plan, impl, steps if config == "small" else 2, warmup,
+                             timeout=600)[0]
+                rows.setdefault((config, plan, world, impl), []).append(res)
+            if plan == "full" and rep == 0:
+                res = launch(rank_bench, world, config, "gathered", "ours", 1, 0, timeout=600)[0]
+                rows[(config, "gathered", world, "ours")] = [res]
+        for config in {c for c, _, _ in variants(args.quick)}:
+            res = launch(rank_bench, 1, config, "none", "single", steps if config == "small" else 2, warmup,
+                         threads=2, timeout=600)[0]
+            singles.setdefault(config, []).append(res)
+        print(f"repeat {rep + 1}/{repeats} done", flush=True)
+    return summarize(rows, singles)
+
+
+def summarize(rows, singles) -> list[dict]:
+    out = []
+    for (config, plan, world, impl), results in rows.items():
+        best = min(results, key=lambda r: r["median_s"])
+        out.append({"config": config, "plan": plan, "world": world, "impl": impl,
+                    "median_ms": 1000 * statistics.median(r["median_s"] for r in results),
+                    "counts": best["counts"], "bytes": best["bytes"], "saved_mb": best["saved"] / 2**20,
+                    "rss_mb": max(r["rss_mb"] for r in results)})
+    for config, results in singles.items():
+        out.append({"config": config, "plan": "-", "world": 1, "impl": "single",
+                    "median_ms": 1000 * statistics.median(r["median_s"] for r in results), "counts": {}, "bytes": 0,
+                    "saved_mb": results[0]["saved"] / 2**20, "rss_mb": max(r["rss_mb"] for r in results)})
+    return out
+
+
+def write_report(table: list[dict], quick: bool) -> str:
+    from report import render  # benchmarks/report.py
+
+    return render(table, quick, HERE)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small config only, fewer steps (< 2 minutes)")
+    parser.add_argument("--torchrun", action="store_true", help="one variant under torchrun (GPUs: NCCL)")
+    parser.add_argument("--impl", choices=["ours", "torch"], default="ours")
+    parser.add_argument("--plan", choices=["vanilla", "full"], default="full")
+    parser.add_argument("--config", choices=sorted(CONFIGS), default="small")
+    args = parser.parse_args(argv)
+    if args.torchrun:
+        def one():
+            res = rank_bench(args.config, args.plan, args.impl, 5, 2)
+            if dist.get_rank() == 0:
+                print(f"{args.impl} {args.config} {args.plan} x{dist.get_world_size()}: "
+                      f"{1000 * res['median_s']:.1f} ms/step, {res['tokens_per_s']:.0f} tokens/s, {res['counts']}")
+        run_from_env(one)
+    start = time.perf_counter()
+    table = run(args)
+    print(write_report(table, args.quick))
+    print(f"bench took {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, HERE)
+    sys.exit(main())

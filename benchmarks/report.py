@@ -1,0 +1,80 @@
+"""Render the benchmark table: benchmarks/results.md and benchmarks/results.png."""
+
+from __future__ import annotations
+
+import os
+
+# Targets of issue 5: step time ours / PyTorch per config.
+TARGET_RATIO = {"small": 0.7, "medium": 1.0}
+
+
+def _find(table, **keys):
+    for row in table:
+        if all(row[k] == v for k, v in keys.items()):
+            return row
+    return None
+
+
+def _counts(c: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(c.items())) or "-"
+
+
+def render(table: list[dict], quick: bool, folder: str) -> str:
+    lines = ["# Benchmark: one training step of the small Llama (AdamW), CPU, gloo", "",
+             "Median step time of the slowest rank, collectives and bytes of one step (ours from",
+             "tensorplay_edu's CommDebugMode, PyTorch's counts from its CommDebugMode), bytes saved for",
+             "backward per rank, peak RSS per rank. " + ("`--quick` run: small config only." if quick else ""), "",
+             "| config | plan | ranks | single ms | ours ms | PyTorch ms | ours/PyTorch | target | ours collectives |"
+             " PyTorch collectives | ours bytes/rank | saved MB ours / PyTorch | RSS MB ours / PyTorch |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for row in sorted((r for r in table if r["impl"] == "ours" and r["plan"] != "gathered"),
+                      key=lambda r: (r["config"], r["world"], r["plan"])):
+        ref = _find(table, config=row["config"], plan=row["plan"], world=row["world"], impl="torch")
+        single = _find(table, config=row["config"], impl="single")
+        ratio = row["median_ms"] / ref["median_ms"] if ref else float("nan")
+        target = TARGET_RATIO[row["config"]]
+        verdicts.append(ratio <= target)
+        lines.append(f"| {row['config']} | {row['plan']} | {row['world']} | {single['median_ms']:.0f} | "
+                     f"{row['median_ms']:.0f} | {ref['median_ms']:.0f} | {ratio:.2f} | <= {target} "
+                     f"{'met' if ratio <= target else 'MISSED'} | {_counts(row['counts'])} | {_counts(ref['counts'])} | "
+                     f"{row['bytes']:,} | {row['saved_mb']:.1f} / {ref['saved_mb']:.1f} | "
+                     f"{row['rss_mb']:.0f} / {ref['rss_mb']:.0f} |")
+    lines += ["", "## loss_parallel against gathering the logits (ours, full plan)", "",
+              "| config | ranks | loss_parallel bytes/rank | gathered bytes/rank | saved MB loss_parallel / gathered |",
+              "|---|---|---|---|---|"]
+    for row in sorted((r for r in table if r["plan"] == "gathered"), key=lambda r: (r["config"], r["world"])):
+        lp = _find(table, config=row["config"], plan="full", world=row["world"], impl="ours")
+        lines.append(f"| {row['config']} | {row['world']} | {lp['bytes']:,} | {row['bytes']:,} | "
+                     f"{lp['saved_mb']:.1f} / {row['saved_mb']:.1f} |")
+    lines += ["", f"Step-time targets met: {sum(verdicts)} of {len(verdicts)}.", "",
+              "Reproduce: `make bench` (or `python benchmarks/bench.py --quick`).", ""]
+    text = "\n".join(lines)
+    with open(os.path.join(folder, "results.md"), "w") as f:
+        f.write(text)
+    _chart(table, os.path.join(folder, "results.png"))
+    return text
+
+
+def _chart(table, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted((r for r in table if r["impl"] == "ours" and r["plan"] != "gathered"),
+                  key=lambda r: (r["config"], r["world"], r["plan"]))
+    labels = [f"{r['config']}\n{r['plan']} x{r['world']}" for r in rows]
+    ours = [r["median_ms"] for r in rows]
+    theirs = [_find(table, config=r["config"], plan=r["plan"], world=r["world"], impl="torch")["median_ms"] for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 3.5))
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], ours, width=0.4, label="tensorplay_edu", color="#4C72B0")
+    ax.bar([x + 0.2 for x in xs], theirs, width=0.4, label="PyTorch TP (DTensor)", color="#DD8452")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("median step time (ms)")
+    ax.legend(fontsize=8)
+    ax.set_title("training step time, CPU gloo, 1 thread per rank", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
