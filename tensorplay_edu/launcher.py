@@ -9,7 +9,8 @@
 How :func:`launch` avoids the known failure modes:
 
 * **start method** ``forkserver``: ranks are forked from a small single-threaded server
-  process that has imported torch once.  Plain ``fork`` of a notebook kernel
+  process that has imported torch once (and ``torch._dynamo``, which building any
+  ``torch.optim`` optimizer imports: 3 s per launch otherwise).  Plain ``fork`` of a notebook kernel
   (multi-threaded, maybe with CUDA initialised or an OpenMP pool running) can deadlock
   or crash and makes Python 3.12+ warn on stderr; ``spawn`` costs seconds per launch.
 * **notebook functions** travel by value with ``cloudpickle`` (``spawn`` would look
@@ -75,7 +76,7 @@ def _context(start_method: str):
     with _LOCK:
         ctx = mp.get_context(start_method)
         if start_method == "forkserver":
-            ctx.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle"])
+            ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "cloudpickle"])
         return ctx
 
 
