@@ -82,6 +82,8 @@ def _draw_global(ax, shape, placements, mesh_shape, dims, mesh_dim_names=None):
         label = f"{who}\nrows {r0}:{r1}" + (f"\ncols {c0}:{c1}" if cols_dim is not None else "")
         if partial:
             label += "\npending sum"
+        if (r1 - r0) < 0.2 * n_rows:  # a thin block: one line, so the label stays inside
+            label = label.replace("\n", "  ")
         ax.text((c0 + c1) / 2, n_rows - (r0 + r1) / 2, label, ha="center", va="center", fontsize=7)
     ax.set_xlim(0, n_cols)
     ax.set_ylim(0, max(n_rows, 1))
@@ -217,7 +219,7 @@ def trace_flow(model, *inputs, depth: int = 3) -> list[tuple[str, str, str, str]
 def draw_flow(steps, title=None):
     """The layouts through a model: ``steps`` is a list of ``(module, input layout, output
     layout, collectives)`` rows (strings), top to bottom, e.g. from a traced forward."""
-    fig, ax = plt.subplots(figsize=(8, 0.9 * len(steps) + 0.8))
+    fig, ax = plt.subplots(figsize=(9, 0.9 * len(steps) + 0.8))
     ax.axis("off")
     n = len(steps)
     for i, (module, layout_in, layout_out, comms) in enumerate(steps):
@@ -226,8 +228,8 @@ def draw_flow(steps, title=None):
         ax.text(0.5, y, module, ha="center", va="center", fontsize=9, weight="bold")
         ax.text(0.28, y, layout_in, ha="right", va="center", fontsize=8)
         ax.text(0.72, y, layout_out, ha="left", va="center", fontsize=8)
-        if comms:
-            ax.text(0.98, y, comms, ha="right", va="center", fontsize=8, color="#C44E52")
+        if comms:  # one collective per line, in the right margin
+            ax.text(1.0, y, comms.replace(", ", "\n"), ha="left", va="center", fontsize=8, color="#C44E52")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, n)
     ax.set_title(title or "layouts in -> module -> layouts out   (collectives in red)", fontsize=10)
