@@ -76,6 +76,44 @@ def torch_parallelize(model, plan: str):
     return model
 
 
+class TorchCommBytes:
+    """Bytes each rank sends in PyTorch's all-gathers, reduce-scatters and all-to-alls,
+    counted as ours are (ring accounting, tensorplay_edu/debug.py), seen by a dispatch
+    mode.  PyTorch's all-reduces (loss_parallel's and the lazy Partial gradients') do not
+    pass through a dispatch mode here, so all-reduce bytes are compared as counts."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        outer = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func.namespace in ("_c10d_functional", "c10d_functional"):
+                    outer.record(func._overloadpacket.__name__, args)
+                return func(*args, **(kwargs or {}))
+
+        self.mode, self.bytes = Mode(), 0
+
+    def record(self, name: str, args) -> None:
+        from torch.distributed.distributed_c10d import _get_group_size_by_name
+
+        if name not in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"):
+            return  # wait_tensor and friends move nothing; all-reduces are left out (see below)
+        x, t = args[0], _get_group_size_by_name(next(a for a in reversed(args) if isinstance(a, str)))
+        n = x.numel()
+        per_rank = {"all_gather_into_tensor": (t - 1) * n, "reduce_scatter_tensor": (t - 1) * (n // t),
+                    "all_to_all_single": (t - 1) * (n // t)}
+        self.bytes += per_rank[name] * x.element_size()
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+
+
 def _saved_bytes(step) -> int:
     """Bytes autograd keeps for backward during ``step()`` (each storage once)."""
     seen, total = set(), 0
@@ -132,11 +170,13 @@ def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int) -> di
     if impl == "ours":
         with CommDebugMode() as comm:
             saved = _saved_bytes(step)
-        counts, nbytes = comm.get_comm_counts(), comm.get_total_bytes()
+        counts = comm.get_comm_counts()
+        nbytes = sum(b for op, b in comm.get_comm_bytes().items() if op != "all_reduce")  # like for like
     elif impl == "torch":
         from torch.distributed.tensor.debug import CommDebugMode as TorchComm
-        with TorchComm() as comm:
+        with TorchComm() as comm, TorchCommBytes() as weigh:
             saved = _saved_bytes(step)
+        nbytes = weigh.bytes
         counts = {str(k).split(".")[-1].replace("_into_tensor", "").replace("_tensor", "").replace("_single", ""): v
                   for k, v in comm.get_comm_counts().items()}
     else:

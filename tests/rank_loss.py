@@ -94,6 +94,22 @@ def log_softmax_paths() -> tuple[list[str], int]:
         fails.append("standalone log_softmax value")
     if not torch.allclose(local.grad, chunk(full.grad, 1, t, r), **TOL):
         fails.append("standalone log_softmax gradient")
+    # nll_loss of any class-sharded DTensor (not from log_softmax): -w_y x_y, gradient local
+    full, local, dt = _logits((5, 13), g, mesh)
+    weight = torch.rand(13, generator=g, dtype=torch.float64) + 0.5
+    tgt = target.clone()
+    tgt[1] = -100
+    F.nll_loss(full, tgt, weight=weight).backward()
+    with CommDebugMode() as comm, loss_parallel():
+        got = F.nll_loss(dt, tgt, weight=weight)
+        got.backward()
+    n += 3
+    if not torch.allclose(got, F.nll_loss(full.detach(), tgt, weight=weight), **TOL):
+        fails.append("plain nll_loss value")
+    if not torch.allclose(local.grad, chunk(full.grad, 1, t, r), **TOL):
+        fails.append("plain nll_loss gradient")
+    if comm.get_comm_counts() != ({} if t == 1 else {"all_reduce": 1}):
+        fails.append(f"plain nll_loss collectives {comm.get_comm_counts()}")
     # nn.CrossEntropyLoss goes through F.cross_entropy
     full, local, dt = _logits((5, 13), g, mesh)
     with loss_parallel():

@@ -52,7 +52,7 @@ def test_llama_float32(plan):
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_loss_parallel_matches_cross_entropy(world_size):
     _clean(launch(rank_loss.cross_entropy_options, world_size), at_least=216)
-    _clean(launch(rank_loss.log_softmax_paths, world_size), at_least=11)
+    _clean(launch(rank_loss.log_softmax_paths, world_size), at_least=14)
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
