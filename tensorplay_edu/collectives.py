@@ -35,38 +35,58 @@ def _pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([x, x.new_zeros((rows - x.shape[0], *x.shape[1:]))])
 
 
-def _row_bytes(x: torch.Tensor) -> int:
-    return x[0:1].numel() * x.element_size() if x.ndim else x.element_size()
+def _three_d(x: torch.Tensor, dim: int) -> tuple[int, int, int]:
+    """``x`` seen as [before, dim, after]: a view, no copy, whatever the dim."""
+    return math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1:])
 
 
 @torch.no_grad()
 def all_gather(x: torch.Tensor, dim: int, sizes: list[int], group) -> torch.Tensor:
-    """Concatenate every rank's chunk along ``dim``; rank r holds ``sizes[r]`` rows.  # [n/t] -> [n]"""
+    """Concatenate every rank's chunk along ``dim``; rank r holds ``sizes[r]`` rows.  # [n/t] -> [n]
+
+    The flat collective stacks the ranks' blocks in front: [t, before, c, after].  Moving
+    the rank axis next to ``dim`` is then one copy (none for dim 0): no copy of the input.
+    """
     t, c = len(sizes), max(sizes)
     full_shape = [sum(sizes) if i == dim else n for i, n in enumerate(x.shape)]
     if t == 1 or math.prod(full_shape) == 0:
         return x if t == 1 else x.new_zeros(full_shape)
-    front = _pad_rows(x.movedim(dim, 0), c).contiguous()  # [c, ...]
-    out = front.new_empty((t * c, *front.shape[1:]))  # [t*c, ...]
-    _all_gather_flat(out, front, group=group)
-    if c * t != sum(sizes):  # uneven: drop each block's padding
-        out = torch.cat([out[r * c: r * c + sizes[r]] for r in range(t)])
-    full = out.movedim(0, dim).contiguous()
-    debug.record("all_gather", full.shape, x.dtype, t, (t - 1) * c * _row_bytes(front))
-    return full
+    before, rows, after = _three_d(x, dim)
+    block = x.reshape(before, rows, after)  # [before, n/t, after]
+    if rows < c:  # uneven: pad this rank's block to c rows (gloo wants equal sizes)
+        block = torch.cat([block, block.new_zeros(before, c - rows, after)], dim=1)
+    out = block.new_empty((t * before, c, after))  # [t*before, c, after]
+    _all_gather_flat(out, block.contiguous(), group=group)
+    out = out.view(t, before, c, after)
+    if c * t != sum(sizes):  # drop each block's padding
+        full = torch.cat([out[r, :, : sizes[r]] for r in range(t)], dim=1)  # [before, n, after]
+    else:
+        full = out.permute(1, 0, 2, 3).reshape(before, t * c, after)  # a view when before == 1
+    debug.record("all_gather", full_shape, x.dtype, t, (t - 1) * before * c * after * x.element_size())
+    return full.view(full_shape)
 
 
 @torch.no_grad()
 def reduce_scatter(x: torch.Tensor, dim: int, sizes: list[int], rank: int, op, group) -> torch.Tensor:
-    """Reduce the ranks' full addends and keep chunk ``rank`` along ``dim``.  # [n] -> [n/t]"""
+    """Reduce the ranks' full addends and keep chunk ``rank`` along ``dim``.  # [n] -> [n/t]
+
+    The flat collective scatters blocks in front, so rank r's rows are moved there:
+    [before, t, c, after] -> [t, before, c, after], one copy (none for dim 0).
+    """
     t, c = len(sizes), max(sizes)
     if t == 1 or x.numel() == 0:
         return x.narrow(dim, 0, sizes[rank])
-    front = _pad_rows(x.movedim(dim, 0), t * c).contiguous()  # [t*c, ...]
-    out = front.new_empty((c, *front.shape[1:]))  # [c, ...]
-    _reduce_scatter_flat(out, front, op=op, group=group)
-    debug.record("reduce_scatter", x.shape, x.dtype, t, (t - 1) * c * _row_bytes(front))
-    return out[: sizes[rank]].movedim(0, dim).contiguous()
+    before, rows, after = _three_d(x, dim)
+    blocks = x.reshape(before, rows, after)  # [before, n, after]
+    if rows < t * c:  # uneven: pad to t blocks of c rows
+        blocks = torch.cat([blocks, blocks.new_zeros(before, t * c - rows, after)], dim=1)
+    send = blocks.view(before, t, c, after).transpose(0, 1).contiguous()  # [t, before, c, after]
+    out = send.new_empty((before, c, after))  # [before, c, after]
+    _reduce_scatter_flat(out.view(before * c, after), send.view(t * before * c, after), op=op, group=group)
+    debug.record("reduce_scatter", x.shape, x.dtype, t, (t - 1) * before * c * after * x.element_size())
+    local_shape = list(x.shape)
+    local_shape[dim] = sizes[rank]
+    return out[:, : sizes[rank]].reshape(local_shape)
 
 
 @torch.no_grad()
