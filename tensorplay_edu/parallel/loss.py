@@ -55,15 +55,13 @@ def _rows(dt: DTensor, dim: int, what: str):
 
 
 @torch.no_grad()
-def _logsumexp(rows: torch.Tensor, mesh) -> tuple[torch.Tensor, torch.Tensor]:
-    """Global log-sum-exp of each row over all ranks' classes (2 all-reduces), and this
-    rank's slice of the softmax, which the backward needs."""
+def _logsumexp(rows: torch.Tensor, mesh) -> torch.Tensor:
+    """Global log-sum-exp of each row over all ranks' classes: 2 all-reduces."""
     local_max = rows.amax(1) if rows.shape[1] else rows.new_full(rows.shape[:1], float("-inf"))
     m = _all_reduce(local_max, mesh, "max")  # [N]
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    e = (rows - m[:, None]).exp()  # [N, V/t]
-    s = _all_reduce(e.sum(1), mesh)  # [N]
-    return m + s.log(), e.div_(s[:, None])
+    s = _all_reduce((rows - m[:, None]).exp().sum(1), mesh)  # [N]
+    return m + s.log()
 
 
 class _LogSoftmax(torch.autograd.Function):
@@ -86,11 +84,11 @@ class _LogSoftmax(torch.autograd.Function):
 
 
 class _VocabParallelNLL(torch.autograd.Function):
-    """Forward: the loss from rows of logits (with ``p``, their softmax slice) or of
-    log-probabilities (``p`` None).  Backward: local, no communication."""
+    """Forward: the loss from rows of logits (``softmax=True``) or of log-probabilities.
+    Backward: local, no communication."""
 
     @staticmethod
-    def forward(ctx, rows, lse, p, target, weight, ignore_index, eps, reduction, mesh, offset, classes):
+    def forward(ctx, rows, lse, target, weight, ignore_index, eps, reduction, mesh, offset, classes, softmax):
         valid = target != ignore_index
         safe = target.masked_fill(~valid, 0)
         mine = valid & (safe >= offset) & (safe < offset + rows.shape[1])
@@ -106,8 +104,8 @@ class _VocabParallelNLL(torch.autograd.Function):
         total_w = classes if weight is None else weight.sum()
         if eps > 0:
             loss = loss + eps / classes * (total_w * lse - packed[1]) * valid
-        ctx.save_for_backward(p, w_y, valid, local_idx, mine)
-        ctx.args = (w_local, eps, reduction, classes, total_w, rows.shape, rows.dtype)
+        ctx.save_for_backward(rows, lse, w_y, valid, local_idx, mine)
+        ctx.args = (w_local, eps, reduction, classes, total_w, softmax)
         if reduction == "none":
             return loss
         return loss.sum() if reduction == "sum" else loss.sum() / w_y.sum()
@@ -115,20 +113,21 @@ class _VocabParallelNLL(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):
-        p, w_y, valid, local_idx, mine = ctx.saved_tensors
-        w_local, eps, reduction, classes, total_w, shape, dtype = ctx.args
-        coef = (1 - eps) * w_y  # [N]
-        if p is None:  # nll of log-probabilities: -w_y at the target
-            grad = torch.zeros(shape, dtype=dtype, device=w_y.device)
-        else:  # (1 - eps) w_y (softmax - onehot) + eps / V (W softmax - w)
-            grad = p * coef[:, None]
+        rows, lse, w_y, valid, local_idx, mine = ctx.saved_tensors
+        w_local, eps, reduction, classes, total_w, softmax = ctx.args
+        onehot = torch.zeros_like(rows)
+        if rows.shape[1]:
+            onehot.scatter_(1, local_idx[:, None], mine[:, None].to(rows.dtype))
+        if softmax:
+            p = (rows - lse[:, None]).exp()  # [N, V/t]
+            grad = (1 - eps) * w_y[:, None] * (p - onehot)
             if eps > 0:
-                w = 1.0 if w_local is None else w_local[None, :]
-                grad += eps / classes * (total_w * p - w) * valid[:, None]
-        if shape[1]:
-            grad.scatter_add_(1, local_idx[:, None], (-coef * mine)[:, None])  # minus the one-hot, where mine
+                w = torch.ones_like(p) if w_local is None else w_local[None, :].expand_as(p)
+                grad = grad + eps / classes * (total_w * p - w) * valid[:, None]
+        else:
+            grad = -w_y[:, None] * onehot
         scale = grad_out if reduction == "none" else grad_out / (w_y.sum() if reduction == "mean" else 1)
-        grad *= scale[:, None] if reduction == "none" else scale
+        grad = grad * (scale[:, None] if reduction == "none" else scale)
         return grad, *([None] * 10)
 
 
@@ -161,14 +160,10 @@ def _loss(x: DTensor, target, weight, ignore_index, reduction, eps, lse=None, so
         weight = weight.full_tensor()
     if weight is not None and weight.shape != (classes,):
         raise ValueError(f"{name}: weight must have {classes} entries (one per class), got {tuple(weight.shape)}")
-    softmax_slice = None
     if lse is None:
-        lse, softmax_slice = _logsumexp(rows, mesh)
-    elif softmax:
-        softmax_slice = (rows.detach() - lse[:, None]).exp()  # [N, V/t]
+        lse = _logsumexp(rows, mesh)
     offset = chunk_offset(classes, mesh.size(), mesh.get_local_rank())
-    out = _VocabParallelNLL.apply(rows, lse, softmax_slice, flat, weight, ignore_index, eps, reduction, mesh, offset,
-                                  classes)
+    out = _VocabParallelNLL.apply(rows, lse, flat, weight, ignore_index, eps, reduction, mesh, offset, classes, softmax)
     return out.view(target.shape) if reduction == "none" else out
 
 
@@ -187,7 +182,7 @@ def _log_softmax(input, dim=None, _stacklevel=3, dtype=None):
         local = F.log_softmax(input.to_local(), dim)
         return DTensor.from_local(local, input.device_mesh, input.placements, shape=input.shape)
     rows, moved = _rows(input, dim, "F.log_softmax")
-    lse, _ = _logsumexp(rows, input.device_mesh)
+    lse = _logsumexp(rows, input.device_mesh)
     local = _LogSoftmax.apply(rows, lse, input.device_mesh).view(moved).movedim(-1, dim)
     out = DTensor.from_local(local, input.device_mesh, input.placements, shape=input.shape)
     out._log_softmax_of = (input, dim, lse)  # lets nll_loss take the fused path
@@ -200,8 +195,8 @@ def _nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, 
     source = getattr(input, "_log_softmax_of", None)
     if source is not None and source[1] == (1 if input.ndim >= 2 else 0):  # nll(log_softmax(x)): fused
         return _loss(source[0], target, weight, ignore_index, reduction, 0.0, lse=source[2], name="nll_loss")
-    return _loss(input, target, weight, ignore_index, reduction, 0.0, lse=torch.zeros((), dtype=input.dtype), softmax=False,
-                 name="nll_loss")  # lse 0: the rows are log-probabilities already
+    zero = torch.zeros((), dtype=input.dtype)  # the rows are log-probabilities already: lse = 0
+    return _loss(input, target, weight, ignore_index, reduction, 0.0, lse=zero, softmax=False, name="nll_loss")
 
 
 _HANDLERS = {F.cross_entropy: _cross_entropy, F.log_softmax: _log_softmax, F.nll_loss: _nll_loss}
