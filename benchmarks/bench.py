@@ -138,6 +138,41 @@ def _saved_bytes(step) -> int:
     return total
 
 
+def _layer_saved_bytes(model, step) -> int:
+    """Bytes saved for backward inside ``layers["0"]`` (parameters and buffers left out)."""
+    skip = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    inside, seen = [False], {}
+    layer = model.layers["0"]
+    hooks = [layer.register_forward_pre_hook(lambda mod, args: inside.__setitem__(0, True)),
+             layer.register_forward_hook(lambda mod, args, out: inside.__setitem__(0, False))]
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if inside[0] and storage.data_ptr() not in skip and storage.data_ptr() not in seen:
+            seen[storage.data_ptr()] = (storage.nbytes(), t)  # keep t: its storage stays unique
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step()
+    for h in hooks:
+        h.remove()
+    return sum(n for n, _ in seen.values())
+
+
+def activation_formula(config: str, plan: str, world: int) -> int:
+    """Bytes one block saves for backward per rank: Korthikanti et al. 2022 adapted to this
+    Llama in notebooks/04_sequence_parallel.ipynb (SwiGLU, no dropout, SDPA saving a
+    log-sum-exp, float32 RoPE tables): TP = p[6sbh + 2sb + (4sbh + 4sbf + asb)/t + 2s hd],
+    TP+SP = p[2sbh + (8sbh + 4sbf + (a+2)sb)/t + 2s hd]."""
+    c = CONFIGS[config]
+    s, b, h, a, t, p = c["seq"], c["batch"], c["dim"], 8, world, 4
+    f = 16 * -(-8 * h // (3 * 16))  # SwiGLU hidden, as in models/llama.py
+    hd = h // a
+    if plan == "full":
+        return p * (2 * s * b * h + (8 * s * b * h + 4 * s * b * f + (a + 2) * s * b) // t + 2 * s * hd)
+    return p * (6 * s * b * h + 2 * s * b + (4 * s * b * h + 4 * s * b * f + a * s * b) // t + 2 * s * hd)
+
+
 def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int) -> dict:
     """One variant on this rank: per-step times, collectives, bytes, memory."""
     device = current_device()
@@ -167,6 +202,7 @@ def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int) -> di
 
     step()  # compile-free warm-up of every path
     counts, nbytes = {}, 0
+    layer_saved = _layer_saved_bytes(model, step) if impl == "ours" and plan in ("vanilla", "full") else 0
     if impl == "ours":
         with CommDebugMode() as comm:
             saved = _saved_bytes(step)
@@ -196,7 +232,7 @@ def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int) -> di
     slowest = [max(ts[i] for ts in everyone) for i in range(len(times))]
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"median_s": statistics.median(slowest), "counts": counts, "bytes": nbytes, "saved": saved, "rss_mb": rss_mb,
-            "tokens_per_s": tokens.numel() / statistics.median(slowest)}
+            "tokens_per_s": tokens.numel() / statistics.median(slowest), "layer_saved": layer_saved}
 
 
 def variants(quick: bool):
@@ -234,6 +270,8 @@ def summarize(rows, singles) -> list[dict]:
         out.append({"config": config, "plan": plan, "world": world, "impl": impl,
                     "median_ms": 1000 * statistics.median(r["median_s"] for r in results),
                     "counts": best["counts"], "bytes": best["bytes"], "saved_mb": best["saved"] / 2**20,
+                    "layer_saved": best.get("layer_saved", 0),
+                    "layer_formula": activation_formula(config, plan, world) if plan in ("vanilla", "full") else 0,
                     "rss_mb": max(r["rss_mb"] for r in results)})
     for config, results in singles.items():
         out.append({"config": config, "plan": "-", "world": 1, "impl": "single",

@@ -49,7 +49,17 @@ def render(table: list[dict], quick: bool, folder: str) -> str:
         lp = _find(table, config=row["config"], plan="full", world=row["world"], impl="ours")
         lines.append(f"| {row['config']} | {row['world']} | {lp['bytes']:,} | {row['bytes']:,} | "
                      f"{lp['saved_mb']:.1f} / {row['saved_mb']:.1f} |")
-    lines += ["", f"Step-time targets met: {sum(verdicts)} of {len(verdicts)}.", "",
+    lines += ["", "## Activation memory of one block against the formula (ours; bytes saved for backward per rank)", "",
+              "| config | plan | ranks | measured | formula | difference | within 10% |", "|---|---|---|---|---|---|---|"]
+    memory_ok = []
+    for row in sorted((r for r in table if r["impl"] == "ours" and r["plan"] in ("vanilla", "full")),
+                      key=lambda r: (r["config"], r["world"], r["plan"])):
+        diff = row["layer_saved"] / row["layer_formula"] - 1
+        memory_ok.append(abs(diff) <= 0.10)
+        lines.append(f"| {row['config']} | {row['plan']} | {row['world']} | {row['layer_saved']:,} | "
+                     f"{row['layer_formula']:,} | {100 * diff:+.1f}% | {'yes' if abs(diff) <= 0.10 else 'NO'} |")
+    lines += ["", f"Step-time targets met: {sum(verdicts)} of {len(verdicts)}; activation-memory checks within 10%: "
+              f"{sum(memory_ok)} of {len(memory_ok)}.", "",
               "Reproduce: `make bench` (or `python benchmarks/bench.py --quick`).", ""]
     text = "\n".join(lines)
     with open(os.path.join(folder, "results.md"), "w") as f:
