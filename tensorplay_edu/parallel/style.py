@@ -199,13 +199,15 @@ class RowwiseParallel(_LinearOrEmbedding):
 
     def _prepare_output(self, module, out, mesh):  # out: [.., out], this rank's addend
         dt = DTensor.from_local(out, mesh, [Partial()])
-        with module_scope(fqn(module)):
-            dt = to_layout(dt, self.output_layouts[0])  # g: all-reduce, or reduce-scatter
         bias = getattr(module, "bias", None) if isinstance(module, nn.Linear) else None
         if bias is None:
-            return dt.to_local() if self.use_local_output else dt
+            return self._finish(dt, module)  # g: all-reduce, or reduce-scatter
+        with module_scope(fqn(module)):
+            dt = to_layout(dt, self.output_layouts[0])  # g: all-reduce, or reduce-scatter
         place = dt.placements[0]
-        if isinstance(place, Shard) and place.dim == dt.ndim - 1:  # the bias is split with the features
+        # The bias split with the features is the table's Replicate -> Shard local chunk, taken by hand so
+        # that its gradient stays a zero-padded partial sum for the bucket (grad_sync.py), not an all-gather.
+        if isinstance(place, Shard) and place.dim == dt.ndim - 1:
             t, r = mesh.size(), mesh.get_local_rank()
             bias = bias.narrow(0, chunk_offset(bias.shape[0], t, r), chunk_sizes(bias.shape[0], t)[r])
         local = dt.to_local() + bias  # added once, after the reduction
