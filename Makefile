@@ -34,8 +34,11 @@ demo: setup
 bench: setup
 	$(PY) benchmarks/bench.py $(BENCH_FLAGS)
 
+# JupyterLab on notebooks/; extra flags through LAB_FLAGS (e.g. LAB_FLAGS="--no-browser --port=8899").
+# Jupyter refuses to start as root (containers) without --allow-root, so root gets it.
+LAB_FLAGS ?=
 lab: setup
-	.venv/bin/jupyter lab notebooks/
+	.venv/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_FLAGS) notebooks/
 
 clean:
 	rm -rf .venv build *.egg-info tensorplay_edu.egg-info .pytest_cache .hypothesis
