@@ -24,9 +24,14 @@ How :func:`launch` avoids the known failure modes:
 * **failures**: a rank that raises sends its traceback; the parent kills the other
   ranks at once and raises :class:`RankError` naming the rank.  A rank that dies
   without a word (``os._exit``, a signal) is seen through its process sentinel.  Every
-  collective times out after ``timeout`` seconds (default 60), so a mismatched
-  collective ends in an error, and the parent gives the stragglers ``timeout`` more
-  seconds once any rank has finished before it kills them.  No rank outlives the call.
+  collective times out after ``timeout`` seconds (default 60), and the parent gives the
+  stragglers ``timeout`` more seconds once any rank has finished.  No rank outlives the call.
+* **mismatched collectives** end in a timeout, "Connection closed by peer" or, for different
+  sizes, an abort (code -6, "Received data size doesn't match" in the rank's log): one hint
+  for all.  A rank that only lost its peer is named only if no other fails within 2 s.
+* **Ctrl-C**: the forkserver starts with SIGINT blocked, so it prints no traceback of its own
+  while it imports torch; a Ctrl-C while the ranks start waits until all exist (else one is
+  forked later, unseen, and finds its log folder gone), then all are killed.
 * **threads**: each rank runs ``torch.set_num_threads(threads)`` first (default 1: ranks
   x threads must not exceed the cores, and a forked OpenMP pool can hang).
 * **prints**: each rank's stdout and stderr (Python and C level) go to a file; the
@@ -35,9 +40,8 @@ How :func:`launch` avoids the known failure modes:
 * **exit**: each rank ends with barrier -> ``destroy_process_group`` -> flush ->
   ``os._exit``, which avoids gloo's abort at interpreter exit (pytorch/pytorch#190489).
 
-Under torchrun, :func:`run_from_env` runs the same worker function: it reads RANK,
-WORLD_SIZE and LOCAL_RANK and picks NCCL on ``cuda:LOCAL_RANK`` when CUDA is there,
-gloo on the CPU otherwise.
+Under torchrun, :func:`~tensorplay_edu.torchrun.run_from_env` runs the same worker
+function (see :mod:`tensorplay_edu.torchrun`).
 """
 
 from __future__ import annotations
@@ -46,8 +50,10 @@ import contextlib
 import multiprocessing as mp
 import multiprocessing.spawn as mp_spawn
 import multiprocessing.connection  # noqa: F401  (mp.connection.wait)
+import multiprocessing.forkserver  # noqa: F401  (mp.forkserver, mp.resource_tracker)
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -58,6 +64,8 @@ from datetime import timedelta
 import cloudpickle
 import torch
 import torch.distributed as dist
+
+from .torchrun import current_device, finish, init_from_env, run_from_env  # noqa: F401  (re-exported)
 
 __all__ = ["launch", "RankError", "run_from_env", "init_from_env", "current_device"]
 
@@ -77,7 +85,29 @@ def _context(start_method: str):
         ctx = mp.get_context(start_method)
         if start_method == "forkserver":
             ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "cloudpickle"])
+            mp.resource_tracker.ensure_running()  # first: starting it unblocks SIGINT
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])  # the forkserver inherits it until
+            try:  # it ignores SIGINT, so a Ctrl-C while it imports torch does not kill it with a traceback
+                mp.forkserver.ensure_running()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return ctx
+
+
+@contextlib.contextmanager
+def _ctrl_c_held_back():
+    """Hold a Ctrl-C back while the ranks start, then raise it: by then each rank is known and can be killed."""
+    pressed, hold = [], threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler  # else no KeyboardInterrupt comes here
+    if hold:
+        signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
+    try:
+        yield
+    finally:
+        if hold:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if pressed:
+            raise KeyboardInterrupt from None  # in place of whatever else went wrong meanwhile
 
 
 @contextlib.contextmanager
@@ -105,13 +135,6 @@ def _without_main():
             mp_spawn.get_preparation_data = original
 
 
-def current_device() -> torch.device:
-    """The device this rank computes on: ``cuda:LOCAL_RANK`` under NCCL, else the CPU."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 def _plain(obj):
     """A copy of ``obj`` that outlives this process: tensors detached, cloned, on the CPU."""
     if isinstance(obj, torch.Tensor):
@@ -123,22 +146,10 @@ def _plain(obj):
     return obj
 
 
-def _finish(code: int) -> None:
-    """The ending that never aborts: barrier, destroy, flush, ``os._exit``."""
-    if code == 0 and dist.is_initialized():
-        try:
-            dist.barrier()
-            dist.destroy_process_group()
-        except Exception:  # a peer died after its result was in: nothing left to protect
-            code = 3
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 def _rank_main(payload: bytes, rank: int, world_size: int, store_path: str, backend: str, timeout: float,
                threads: int, conn, log_path: str) -> None:
     """Entry point of one launched rank (runs in the child process)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it kills every rank
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -163,8 +174,8 @@ def _rank_main(payload: bytes, rank: int, world_size: int, store_path: str, back
         conn.send_bytes(b"R" + blob)
     except BaseException:
         conn.send_bytes(b"E" + traceback.format_exc().encode())
-        _finish(1)
-    _finish(0)
+        finish(1)
+    finish(0)
 
 
 def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float = 60.0, threads: int = 1,
@@ -198,7 +209,7 @@ def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float
     logs = [os.path.join(logdir, f"rank{r}.log") for r in range(world_size)]
     procs, conns = [], []
     try:
-        with _without_main():
+        with _ctrl_c_held_back(), _without_main():
             for r in range(world_size):
                 recv, send = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_rank_main, name=f"tensorplay-rank{r}", daemon=True,
@@ -207,7 +218,7 @@ def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float
                 send.close()
                 procs.append(p)
                 conns.append(recv)
-        results = _collect(procs, conns, timeout)
+        results = _collect(procs, conns, timeout, logs)
         for p in procs:  # let them finish their barrier -> destroy -> exit
             p.join(timeout=5)
         return results
@@ -223,18 +234,37 @@ def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float
         shutil.rmtree(logdir, ignore_errors=True)
 
 
-def _collect(procs, conns, timeout: float) -> list:
+_GRACE = 2.0  # seconds to wait for the root cause once a rank says that its peer vanished
+_KINDS = {  # gloo's words (in a traceback or a dead rank's log), checked in this order -> what the rank did
+    "size": (("size doesn't match",), "received a wrong size in a collective (a collective mismatch)"),
+    "peer": (("closed by peer", "connection reset", "broken pipe", "socket closed"), "lost its peer in a collective"),
+    "timeout": (("timed out", "timeout"), "timed out waiting in a collective")}
+_HINT = ("the ranks probably issued different collectives, e.g. rank 0 all_reduce while rank 1 all_gather, one rank "
+         "skipped one or issued an extra one, or they passed different sizes")
+_FROM_LOCAL = (". A frequent cause: DTensor.from_local of uneven pieces without shape= (each rank infers an even "
+               "global shape from its own piece): pass shape= to DTensor.from_local, or run_check=True")
+
+
+def _kind(text: str):
+    """Which of ``_KINDS`` gloo's words in ``text`` say, or None."""
+    return next((k for k, (signs, _) in _KINDS.items() if any(s in text.lower() for s in signs)), None)
+
+
+def _collect(procs, conns, timeout: float, logs) -> list:
     """Read every rank's result as it arrives; fail fast on the first error or death.
 
     A rank's pipe reaches end-of-file only when its process is gone, so a rank that
-    dies without a word (``os._exit``, a signal, a crash) shows up here too.
+    dies without a word (``os._exit``, a signal, a crash) shows up here too.  A rank
+    that only lost its peer waits up to ``_GRACE`` s for the error of the rank that died.
     """
-    n = len(procs)
-    results, first_done_at = {}, None
+    results, failed, first_done_at, grace_end = {}, [], None, None
     pending = {c: r for r, c in enumerate(conns)}
     while pending:
-        left = None if first_done_at is None else first_done_at + timeout - time.monotonic()
-        if left is not None and left <= 0:
+        if failed and (any(kind != "peer" for _, _, kind in failed) or time.monotonic() >= grace_end):
+            break  # the root cause is in, or it had its grace period
+        end = grace_end or (first_done_at and first_done_at + timeout)
+        left = None if end is None else max(0.0, end - time.monotonic())
+        if left == 0 and not failed:
             raise TimeoutError(
                 f"ranks {sorted(pending.values())} were still running {timeout:g} s after another rank "
                 "finished: they are probably waiting in a collective the others never issued (a mismatched "
@@ -243,59 +273,49 @@ def _collect(procs, conns, timeout: float) -> list:
             r = pending.pop(conn)
             try:
                 msg = conn.recv_bytes()
-            except EOFError:
+            except EOFError:  # died without a word: gloo's last words may be in its log
                 procs[r].join(timeout=5)
-                raise RankError(f"rank {r} of {n} exited with code {procs[r].exitcode} before returning "
-                                "(no Python traceback: os._exit, a signal or a crash; its output is above)", r)
-            if msg[:1] == b"E":
-                tb = msg[1:].decode()
-                hint = ""
-                if "timed out" in tb.lower() or "timeout" in tb.lower():
-                    hint = (f"\n(rank {r} timed out waiting in a collective: the ranks probably issued different "
-                            "collectives, e.g. rank 0 all_reduce while rank 1 all_gather, or one rank skipped one.)")
-                raise RankError(f"rank {r} of {n} raised:\n{tb}{hint}", r, tb)
-            results[r] = cloudpickle.loads(msg[1:])
-            first_done_at = first_done_at or time.monotonic()
-    return [results[r] for r in range(n)]
+                msg = b"D" + _read(logs[r])[-4000:].encode()
+            if msg[:1] == b"R":
+                results[r] = cloudpickle.loads(msg[1:])
+                first_done_at = first_done_at or time.monotonic()
+            else:
+                failed.append((r, msg[1:].decode() if msg[:1] == b"E" else "", _kind(msg[1:].decode())))
+        if failed and grace_end is None:
+            grace_end = time.monotonic() + _GRACE
+    if failed:
+        raise _rank_error(failed, procs, results)
+    return [results[r] for r in range(len(procs))]
+
+
+def _rank_error(failed, procs, results) -> RankError:
+    """The error of the rank that failed first (not of one that only lost its peer), with a hint."""
+    r, tb, kind = next((f for f in failed if f[2] != "peer"), failed[0])
+    n = len(procs)
+    message = f"rank {r} of {n} raised:\n{tb}" if tb else (
+        f"rank {r} of {n} exited with code {procs[r].exitcode} before returning (no Python traceback: "
+        "os._exit, a signal or a crash; its output is above)")
+    if kind:
+        message += f"\n(rank {r} {_KINDS[kind][1]}: {_HINT}{_FROM_LOCAL if kind == 'size' else ''}.)"
+    lost = [q for q, _, k in failed if k == "peer" and q != r]
+    done = [q for q in results if procs[q].exitcode is not None]  # in the order their results came
+    if kind != "peer" and lost:
+        message += f"\n(rank {r} failed first; then rank(s) {lost} lost their connection to it: a consequence.)"
+    elif kind == "peer" and done:
+        message += f"\n(rank {done[0]} had returned its result and ended first.)"
+    return RankError(message, r, tb)
+
+
+def _read(path: str) -> str:
+    """A rank's log, or "" if it never wrote one."""
+    with contextlib.suppress(FileNotFoundError), open(path, errors="replace") as f:
+        return f.read()
+    return ""
 
 
 def _print_logs(logs) -> None:
     """Each rank's output, in rank order, every line prefixed with its rank."""
     for r, path in enumerate(logs):
-        try:
-            with open(path, errors="replace") as f:
-                text = f.read()
-        except FileNotFoundError:
-            continue
-        for line in text.splitlines():
+        for line in _read(path).splitlines():
             print(f"[rank {r}] {line}")
     sys.stdout.flush()
-
-
-def init_from_env(timeout: float = 60.0) -> torch.device:
-    """Start the default group from torchrun's RANK / WORLD_SIZE / LOCAL_RANK / MASTER_*.
-
-    NCCL on ``cuda:LOCAL_RANK`` when CUDA is there, gloo on the CPU otherwise.
-    """
-    if not dist.is_initialized():
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        if torch.cuda.is_available():
-            torch.cuda.set_device(local_rank)
-            backend = "nccl"
-        else:
-            backend = "gloo"
-        dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
-    return current_device()
-
-
-def run_from_env(fn, *args, timeout: float = 60.0) -> None:
-    """Under ``torchrun --nproc-per-node N``: start the group, run ``fn(*args)``, end cleanly."""
-    init_from_env(timeout)
-    try:
-        fn(*args)
-    except SystemExit as stop:
-        _finish(stop.code if isinstance(stop.code, int) else 1)
-    except BaseException:
-        traceback.print_exc()
-        _finish(1)
-    _finish(0)

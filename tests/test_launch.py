@@ -2,6 +2,7 @@
 
 import inspect
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import tensorplay_edu
 from tensorplay_edu import RankError, launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -122,6 +124,124 @@ def test_a_skipped_collective_times_out_in_the_parent():
     with pytest.raises((TimeoutError, RankError), match="still running|timed out"):
         launch(work, 2, timeout=2)
     assert time.monotonic() - start < 15
+
+
+def test_a_size_mismatch_abort_gets_the_hint_and_names_from_local():
+    def work():  # uneven pieces without shape=: rank 3 infers 4 rows, the others 12; gloo aborts rank 3 in C++
+        mesh = tensorplay_edu.init_device_mesh("cpu", (dist.get_world_size(),))
+        x = torch.randn(3 if dist.get_rank() < 3 else 1, 4)
+        return tensorplay_edu.DTensor.from_local(x, mesh, [tensorplay_edu.Shard(0)]).full_tensor()
+
+    start = time.monotonic()
+    with pytest.raises(RankError) as info:
+        launch(work, 4, timeout=10)
+    assert time.monotonic() - start < 10
+    message = str(info.value)
+    assert info.value.rank == 3 and "rank 3 of 4 exited with code -6" in message
+    assert "collective mismatch" in message and "different collectives" in message
+    assert "pass shape= to DTensor.from_local, or run_check=True" in message
+
+
+def test_a_rank_that_only_lost_its_peer_waits_for_the_root_cause(tmp_path):
+    pidfile = str(tmp_path / "pids")
+
+    def work():
+        _note_pid(pidfile)
+        if dist.get_rank() == 1:
+            dist.destroy_process_group()  # its connections close: rank 0 reads "Connection closed by peer" at once
+            time.sleep(0.5)
+            raise ValueError("the root cause, reported late")
+        dist.all_reduce(torch.ones(4))
+
+    with pytest.raises(RankError) as info:
+        launch(work, 2, timeout=10)
+    assert info.value.rank == 1 and "ValueError: the root cause" in info.value.remote_traceback
+    assert "rank 1 failed first; then rank(s) [0] lost their connection to it" in str(info.value)
+    assert all(_gone(p) for p in _pids(pidfile))
+
+
+def test_a_rank_that_lost_its_peer_gets_the_mismatch_hint(tmp_path):
+    pidfile = str(tmp_path / "pids")
+
+    def work():
+        _note_pid(pidfile)
+        if dist.get_rank() == 1:
+            dist.destroy_process_group()  # gone from the group without a word, as after a skipped collective
+            time.sleep(30)
+        dist.all_reduce(torch.ones(4))
+
+    start = time.monotonic()
+    with pytest.raises(RankError) as info:
+        launch(work, 2, timeout=10)
+    assert time.monotonic() - start < 10  # the 2 s grace, not the 10 s timeout nor rank 1's 30 s
+    message = str(info.value)
+    assert info.value.rank == 0 and ("closed by peer" in message or "reset by peer" in message)
+    assert "rank 0 lost its peer in a collective: the ranks probably issued different collectives" in message
+    assert all(_gone(p) for p in _pids(pidfile))
+
+
+_CTRL_C_SCRIPT = """
+import os, sys, time
+import torch.distributed as dist
+from tensorplay_edu import launch
+
+def work():
+    with open(sys.argv[1], "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    time.sleep(60)
+
+if sys.argv[2] == "while ranks run":
+    launch(dist.get_rank, 2)  # the forkserver is up: the next launch starts at once
+print("launching", flush=True)
+launch(work, 2)
+"""
+
+
+def _press_ctrl_c(script, case):
+    """Run ``script``, press Ctrl-C while it launches: its exit code, its stderr, and what it left running."""
+    pidfile = script.parent / case.replace(" ", "_").replace(",", "")
+    proc = subprocess.Popen([sys.executable, str(script), str(pidfile), case], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    watchdog = threading.Timer(90, os.killpg, (proc.pid, signal.SIGKILL))  # never hang, whatever the script does
+    watchdog.start()
+    try:
+        assert proc.stdout.readline() == "launching\n"
+        if case == "while ranks run":
+            while len(pidfile.read_text().split() if pidfile.exists() else []) < 2 and proc.poll() is None:
+                time.sleep(0.05)
+        else:
+            time.sleep(0.5)  # the forkserver is still importing torch, for seconds: no rank has started yet
+        # a terminal's Ctrl-C signals the whole foreground group; a notebook's interrupt only the kernel
+        (os.kill if case == "kernel only, first launch" else os.killpg)(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    for _ in range(100):  # the forkserver and the resource tracker end once they see the script gone
+        left = [int(p) for p in os.listdir("/proc") if p.isdigit() and _in_group(int(p), proc.pid)]
+        if not left:
+            break
+        time.sleep(0.1)
+    return proc.returncode, err, left + [p for p in (_pids(pidfile) if pidfile.exists() else []) if not _gone(p)]
+
+
+def _in_group(pid, group):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return int(fields[2]) == group and fields[0] != "Z"
+
+
+@pytest.mark.parametrize("case", ["group, first launch", "kernel only, first launch", "while ranks run"])
+def test_ctrl_c_ends_the_launch_with_a_plain_keyboard_interrupt_and_no_rank_left(tmp_path, case):
+    script = tmp_path / "ctrl_c.py"
+    script.write_text(_CTRL_C_SCRIPT)
+    code, err, left = _press_ctrl_c(script, case)
+    assert err.count("Traceback") == 1 and err.rstrip().endswith("\nKeyboardInterrupt"), err
+    assert "FileNotFoundError" not in err and code == -signal.SIGINT and left == []
 
 
 def test_relaunch_and_two_launches_at_once():
