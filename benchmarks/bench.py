@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from tensorplay_edu import CommDebugMode, init_device_mesh, launch
-from tensorplay_edu.launcher import current_device, run_from_env
+from tensorplay_edu.torchrun import current_device, run_from_env
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,11 +66,11 @@ def torch_parallelize(model, plan: str):
              "attention.wo": RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel(),
              "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
              "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel()}
+    block_in = Shard(1) if sp else Replicate()  # as parallelize_llama: one DTensor per block input, one f / gather
+    block.update({"attention": PrepareModuleInput(input_layouts=(block_in, None), desired_input_layouts=(Replicate(), None)),
+                  "feed_forward": PrepareModuleInput(input_layouts=(block_in,), desired_input_layouts=(Replicate(),))})
     if sp:
-        block.update({"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
-                      "attention": PrepareModuleInput(input_layouts=(Shard(1), None),
-                                                      desired_input_layouts=(Replicate(), None)),
-                      "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))})
+        block.update({"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel()})
     for layer in model.layers.values():
         parallelize_module(layer, mesh, block)
     return model

@@ -55,15 +55,17 @@ def all_gather(x: torch.Tensor, dim: int, sizes: list[int], group) -> torch.Tens
     block = x.reshape(before, rows, after)  # [before, n/t, after]
     if rows < c:  # uneven: pad this rank's block to c rows (gloo wants equal sizes)
         block = torch.cat([block, block.new_zeros(before, c - rows, after)], dim=1)
-    out = block.new_empty((t * before, c, after))  # [t*before, c, after]
-    _all_gather_flat(out, block.contiguous(), group=group)
+    even = c * t == sum(sizes)
+    # [t*before, c, after]; when before == 1 and no padding that is already the result's memory layout
+    out = block.new_empty(full_shape if even and before == 1 else (t * before, c, after))
+    _all_gather_flat(out.view(t * before, c, after), block.contiguous(), group=group)
+    debug.record("all_gather", full_shape, x.dtype, t, (t - 1) * before * c * after * x.element_size(), group)
+    if even and before == 1:
+        return out
     out = out.view(t, before, c, after)
-    if c * t != sum(sizes):  # drop each block's padding
-        full = torch.cat([out[r, :, : sizes[r]] for r in range(t)], dim=1)  # [before, n, after]
-    else:
-        full = out.permute(1, 0, 2, 3).reshape(before, t * c, after)  # a view when before == 1
-    debug.record("all_gather", full_shape, x.dtype, t, (t - 1) * before * c * after * x.element_size())
-    return full.view(full_shape)
+    if not even:  # drop each block's padding
+        return torch.cat([out[r, :, : sizes[r]] for r in range(t)], dim=1).view(full_shape)  # [before, n, after]
+    return out.permute(1, 0, 2, 3).reshape(full_shape)  # one copy, [before, t*c, after]; not a view of a buffer
 
 
 @torch.no_grad()
@@ -83,7 +85,7 @@ def reduce_scatter(x: torch.Tensor, dim: int, sizes: list[int], rank: int, op, g
     send = blocks.view(before, t, c, after).transpose(0, 1).contiguous()  # [t, before, c, after]
     out = send.new_empty((before, c, after))  # [before, c, after]
     _reduce_scatter_flat(out.view(before * c, after), send.view(t * before * c, after), op=op, group=group)
-    debug.record("reduce_scatter", x.shape, x.dtype, t, (t - 1) * before * c * after * x.element_size())
+    debug.record("reduce_scatter", x.shape, x.dtype, t, (t - 1) * before * c * after * x.element_size(), group)
     local_shape = list(x.shape)
     local_shape[dim] = sizes[rank]
     return out[:, : sizes[rank]].reshape(local_shape)
@@ -97,7 +99,7 @@ def all_reduce(x: torch.Tensor, op, group) -> torch.Tensor:
         return x
     out = x.contiguous().clone()
     dist.all_reduce(out, op=op, group=group)
-    debug.record("all_reduce", x.shape, x.dtype, t, 2 * (t - 1) * -(-x.numel() // t) * x.element_size())
+    debug.record("all_reduce", x.shape, x.dtype, t, 2 * (t - 1) * -(-x.numel() // t) * x.element_size(), group)
     return out
 
 
@@ -123,7 +125,7 @@ def all_to_all(x: torch.Tensor, src_dim: int, dst_dim: int, src_sizes: list[int]
     dist.all_to_all_single(recv, send, group=group)
     pieces = [recv[i].narrow(src_dim, 0, src_sizes[i]) for i in range(t)]
     out = torch.cat(pieces, dim=src_dim).narrow(dst_dim, 0, dst_sizes[rank]).contiguous()
-    debug.record("all_to_all", x.shape, x.dtype, t, (t - 1) * send[0].numel() * send.element_size())
+    debug.record("all_to_all", x.shape, x.dtype, t, (t - 1) * send[0].numel() * send.element_size(), group)
     return out
 
 
@@ -135,7 +137,7 @@ def broadcast(x: torch.Tensor, src: int, group) -> torch.Tensor:
         return x
     out = x.contiguous().clone()
     dist.broadcast(out, src=dist.get_global_rank(group, src) if group is not None else src, group=group)
-    debug.record("broadcast", x.shape, x.dtype, t, out.numel() * out.element_size())
+    debug.record("broadcast", x.shape, x.dtype, t, out.numel() * out.element_size(), group)
     return out
 
 
@@ -158,5 +160,5 @@ def scatter(full: torch.Tensor | None, like: torch.Tensor, dim: int, sizes: list
         front = _pad_rows(full.movedim(dim, 0), t * c)
         chunks = [piece.contiguous() for piece in front.split(c)]
     dist.scatter(out, chunks, src=dist.get_global_rank(group, src), group=group)
-    debug.record("scatter", like.shape, like.dtype, t, (t - 1) * out.numel() * out.element_size())
+    debug.record("scatter", like.shape, like.dtype, t, (t - 1) * out.numel() * out.element_size(), group)
     return out[: sizes[rank]].movedim(0, dim).contiguous()

@@ -7,8 +7,8 @@
 
 Each :class:`CommRecord` holds the op, the phase (``forward`` or ``backward``: a
 collective issued inside an autograd backward), the logical payload shape and dtype,
-the group size ``t``, the module path it was issued under, and the bytes each rank
-sends, counted as a bandwidth-optimal ring / chain would move them:
+the group size ``t`` and its global ranks, the module path it was issued under, and the
+bytes each rank sends, counted as a bandwidth-optimal ring / chain would move them:
 
 =================  ==========================================================
 op                 bytes each rank sends (F = padded full tensor, c = F / t)
@@ -23,6 +23,9 @@ op                 bytes each rank sends (F = padded full tensor, c = F / t)
 
 "Padded" because uneven shards are padded to ``ceil(n / t)`` rows inside the
 collective (gloo rejects unequal sizes): the bytes are what really moves.
+
+PyTorch's ``DistributedDataParallel`` issues its own all-reduces; :func:`ddp_comm_hook`
+(``ddp_model.register_comm_hook(group, ddp_comm_hook)``) records them here too.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ import contextlib
 from collections import Counter
 from dataclasses import dataclass
 
-__all__ = ["CommDebugMode", "CommRecord", "module_scope", "current_module"]
+import torch.distributed as dist
+
+__all__ = ["CommDebugMode", "CommRecord", "module_scope", "current_module", "ddp_comm_hook"]
 
 _ACTIVE: list["CommDebugMode"] = []
 _MODULE_STACK: list[str] = []
@@ -49,6 +54,7 @@ class CommRecord:
     group_size: int
     bytes: int
     module: str  # "" when issued outside any parallelized module
+    ranks: tuple[int, ...] = ()  # the group's global ranks (mesh["tp"] of rank 2 in a (2, 2) mesh: (2, 3))
 
 
 @contextlib.contextmanager
@@ -76,14 +82,27 @@ def backward_scope(module: str):
         _PHASE.pop()
 
 
-def record(op: str, shape, dtype, group_size: int, nbytes: int) -> None:
+def record(op: str, shape, dtype, group_size: int, nbytes: int, group=None) -> None:
     """Called by :mod:`tensorplay_edu.collectives` for every collective it issues."""
     if not _ACTIVE:
         return
+    ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else ()
     rec = CommRecord(op, _PHASE[-1], tuple(shape), str(dtype).replace("torch.", ""), group_size, int(nbytes),
-                     current_module())
+                     current_module(), ranks)
     for mode in _ACTIVE:
         mode.records.append(rec)
+
+
+def ddp_comm_hook(group, bucket):
+    """A DistributedDataParallel communication hook: PyTorch's all-reduce of a gradient
+    bucket (averaged over ``group``), recorded as ``backward`` of module ``"DDP"``."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    flat, t = bucket.buffer(), dist.get_world_size(group)
+    with backward_scope("DDP"):
+        record("all_reduce", flat.shape, flat.dtype, t, 2 * (t - 1) * -(-flat.numel() // t) * flat.element_size(),
+               group)
+    return allreduce_hook(group, bucket)
 
 
 class CommDebugMode:
@@ -131,16 +150,17 @@ class CommDebugMode:
         return out
 
     def table(self) -> str:
-        """One row per (phase, module, op, shape, dtype): count and bytes."""
+        """One row per (phase, module, op, group, shape, dtype): count and bytes."""
         rows: Counter = Counter()
         nbytes: Counter = Counter()
         for r in self.records:
-            key = (r.phase, r.module or "-", r.op, "x".join(map(str, r.shape)) or "scalar", r.dtype)
+            group = ",".join(map(str, r.ranks)) or "-"
+            key = (r.phase, r.module or "-", r.op, group, "x".join(map(str, r.shape)) or "scalar", r.dtype)
             rows[key] += 1
             nbytes[key] += r.bytes
-        head = ("phase", "module", "op", "shape", "dtype", "count", "bytes/rank")
+        head = ("phase", "module", "op", "ranks", "shape", "dtype", "count", "bytes/rank")
         body = [(*k, str(rows[k]), f"{nbytes[k]:,}") for k in rows]
-        body.append(("total", "", "", "", "", str(len(self.records)), f"{self.get_total_bytes():,}"))
+        body.append(("total", "", "", "", "", "", str(len(self.records)), f"{self.get_total_bytes():,}"))
         widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
         fmt = "  ".join("{:<%d}" % w for w in widths)
         lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]

@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from .debug import CommDebugMode
 from .dtensor import DTensor
-from .launcher import current_device
+from .torchrun import current_device
 from .mesh import init_device_mesh
 from .placement import Partial, Replicate, Shard
 

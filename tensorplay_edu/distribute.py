@@ -53,27 +53,35 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = Non
                       src_data_rank: int | None = 0) -> DTensor:
     """Lay a full tensor out over the mesh: a new leaf DTensor.
 
-    ``Shard`` scatters and ``Replicate`` broadcasts from rank ``src_data_rank`` of each
-    mesh dim; with ``src_data_rank=None`` every rank keeps its own data (no
-    communication).  ``Partial`` keeps the value on that rank and zeros elsewhere.
+    ``src_data_rank`` is a rank *within each mesh dimension* (0 .. size - 1), as in PyTorch:
+    ``Shard`` scatters and ``Replicate`` broadcasts from it, and ``Partial`` keeps the
+    tensor there as the only non-zero addend (the sum is the tensor, exactly).  With
+    ``src_data_rank=None`` nothing is communicated and every rank's own ``tensor`` is what
+    it contributes: its ``torch.chunk`` piece for ``Shard``, itself for ``Replicate``
+    (the ranks must hold the same data), and itself as its addend for ``Partial`` (the
+    global tensor is then the sum of the ranks' tensors).
     """
     if not tensor.is_leaf:
         raise RuntimeError("`distribute_tensor` should be used to distribute leaf tensors! but found non-leaf tensor!")
     mesh, placements = _resolve(device_mesh, placements, tensor.ndim, "distribute_tensor")
+    if src_data_rank is not None and not (isinstance(src_data_rank, int) and 0 <= src_data_rank < min(mesh.shape)):
+        raise ValueError(f"distribute_tensor: src_data_rank={src_data_rank!r} is not a rank of every mesh dimension "
+                         f"(mesh shape {mesh.shape}): pass a rank in 0..{min(mesh.shape) - 1}, or None to keep each "
+                         "rank's own data")
     x = tensor.detach()
     for i, p in enumerate(placements):
         group, t, r = mesh.get_group(i), mesh.size(i), mesh.get_local_rank(i)
-        src = 0 if src_data_rank is None else src_data_rank
-        if isinstance(p, Shard):
-            n = tensor.shape[p.dim]
-            if src_data_rank is None:
+        if src_data_rank is None:  # no communication: this rank's own data
+            if isinstance(p, Shard):
+                n = tensor.shape[p.dim]
                 x = x.narrow(p.dim, chunk_offset(n, t, r), chunk_sizes(n, t)[r])
-            else:
-                x = C.scatter(x if r == src else None, x, p.dim, chunk_sizes(n, t), r, src, group)
-        elif isinstance(p, Replicate) and src_data_rank is not None:
-            x = C.broadcast(x, src, group)
+        elif isinstance(p, Shard):
+            x = C.scatter(x if r == src_data_rank else None, x, p.dim, chunk_sizes(tensor.shape[p.dim], t), r,
+                          src_data_rank, group)
+        elif isinstance(p, Replicate):
+            x = C.broadcast(x, src_data_rank, group)
         elif isinstance(p, Partial):
-            x = x if r == src else torch.zeros_like(x)
+            x = x if r == src_data_rank else torch.zeros_like(x)
     local = x.clone(memory_format=torch.contiguous_format)  # never alias the caller's tensor
     local.requires_grad_(tensor.requires_grad)
     return DTensor(local, mesh, placements, tensor.shape, GradLayout(placements))

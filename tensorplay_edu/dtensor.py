@@ -28,12 +28,15 @@ __all__ = ["DTensor", "register_torch_function"]
 _TORCH_FUNCTIONS: dict = {}
 
 
-def register_torch_function(func, handler) -> None:
-    """Let ``func(dtensor, ...)`` run ``handler`` (``None`` removes it)."""
+def register_torch_function(func, handler):
+    """Let ``func(dtensor, ...)`` run ``handler`` (``None`` removes it); returns the handler
+    it replaces (or None), so that a caller can put it back."""
+    previous = _TORCH_FUNCTIONS.get(func)
     if handler is None:
         _TORCH_FUNCTIONS.pop(func, None)
     else:
         _TORCH_FUNCTIONS[func] = handler
+    return previous
 
 
 def _resolve(mesh, placements, ndim: int, what: str) -> tuple[DeviceMesh, tuple[Placement, ...]]:
@@ -269,6 +272,9 @@ def _refuse(op: str):
     return method
 
 
+# Comparisons too: Python's default ``==`` would answer by identity and ``bool()`` would be
+# always True, silently.  (``hash`` stays by identity, like a torch.Tensor's.)
 for _op in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "matmul", "rmatmul", "pow",
-            "neg", "getitem", "setitem", "iadd", "isub", "imul", "itruediv", "lt", "le", "gt", "ge"):
+            "neg", "getitem", "setitem", "iadd", "isub", "imul", "itruediv", "lt", "le", "gt", "ge", "eq", "ne",
+            "bool"):
     setattr(DTensor, f"__{_op}__", _refuse(f"__{_op}__"))

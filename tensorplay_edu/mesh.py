@@ -31,7 +31,7 @@ def _ensure_default_group(device_type: str, world_size: int) -> None:
     if dist.is_initialized():
         return
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        from .launcher import init_from_env
+        from .torchrun import init_from_env
 
         init_from_env()
     elif world_size == 1:  # a one-rank mesh in a plain notebook or script
@@ -43,6 +43,21 @@ def _ensure_default_group(device_type: str, world_size: int) -> None:
             "tensorplay_edu.launch(fn, world_size) or `torchrun --nproc-per-node N`, "
             "then build the mesh inside each rank"
         )
+
+
+def _default_group_timeout():
+    """The default group's collective timeout, for the mesh's own groups.
+
+    ``dist.new_group`` would give them gloo's 30 minutes, whatever ``init_process_group``
+    (or ``launch(timeout=...)``) asked for: a mismatched collective on ``mesh["dp"]`` would
+    then hang a notebook for half an hour instead of failing with the others' timeout.
+    """
+    for device in ("cpu", "cuda"):
+        try:
+            return dist.group.WORLD._get_backend(torch.device(device)).options._timeout
+        except Exception:  # no backend for that device (or no such internals): try the next
+            continue
+    return None  # PyTorch's default
 
 
 class DeviceMesh:
@@ -90,9 +105,9 @@ class DeviceMesh:
         if self.mesh.ndim == 1 and self.mesh.tolist() == list(range(dist.get_world_size())):
             return dist.group.WORLD
         lines = self.mesh.movedim(dim, -1).reshape(-1, self.mesh.size(dim))
-        mine = None
+        mine, timeout = None, _default_group_timeout()
         for line in lines.tolist():
-            group = dist.new_group(line)
+            group = dist.new_group(line, timeout=timeout)
             if dist.get_rank() in line:
                 mine = group
         return mine
@@ -149,6 +164,9 @@ class DeviceMesh:
 
     def __exit__(self, *exc):
         _MESH_STACK.pop()
+
+    def __deepcopy__(self, memo):
+        return self  # a mesh names process groups of this process: a copied model shares them
 
     def __eq__(self, other):
         return (

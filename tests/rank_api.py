@@ -50,6 +50,11 @@ def dtensor_api() -> tuple[list[str], int]:
                     check(f"distribute->full {shape} {p} src={src} bit-exact", torch.equal(d.full_tensor(), x))
                 elif isinstance(p, Shard):  # no communication: my own chunk of my own data
                     check(f"distribute {p} src=None local", torch.equal(d.to_local(), chunk(mine, p.dim % len(shape), t, r)))
+    # src_data_rank=None and Partial: every rank's own tensor is its addend, the global tensor their sum
+    own_x = torch.full((3, 2), float(r + 1))
+    summed = distribute_tensor(own_x, mesh, [Partial()], src_data_rank=None).full_tensor()
+    check("Partial with src_data_rank=None sums every rank's own data",
+          torch.equal(summed, torch.full((3, 2), float(t * (t + 1) // 2))))
     # the source rank's data wins; others' data is ignored
     x0 = torch.full((5, 4), float(dist.get_rank()))
     check("src_data_rank=last broadcasts its data",

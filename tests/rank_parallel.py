@@ -44,11 +44,21 @@ def _close(a, b, dtype) -> bool:
 
 def train_compare(label, build, parallelize, make_input, *, in_layout=Replicate(), out_layout=Replicate(),
                   loss_of=None, steps=3, optimizers=("sgd", "adamw"), dtype=torch.float64, input_grad=True,
-                  seed=0) -> tuple[list[str], int]:
+                  seed=0, dp=1, wrap=None) -> tuple[list[str], int]:
     """Run ``steps`` training steps of the single-device model and of the parallelized
     one; ``in_layout`` says which piece of the input each rank is given, ``out_layout``
-    what a plain output holds (a DTensor output is gathered)."""
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    what a plain output holds (a DTensor output is gathered).
+
+    ``dp > 1``: a (dp, tp) mesh; the model is parallelized on ``mesh["tp"]`` and each dp
+    rank gets its ``torch.chunk`` of the batch (dim 0), while the single-device model sees
+    the whole batch.  ``wrap(model, mesh)`` returns what is called instead of the model
+    (DistributedDataParallel, torch.compile, ...): gradients are read from the model.
+    """
+    world = dist.get_world_size()
+    mesh = init_device_mesh("cpu", (dp, world // dp), mesh_dim_names=("dp", "tp")) if dp > 1 else \
+        init_device_mesh("cpu", (world,))
+    tp_mesh = mesh["tp"] if dp > 1 else mesh
+    dp_rank = mesh.get_local_rank("dp") if dp > 1 else 0
     fails, checks = [], 0
 
     def check(what, ok):
@@ -57,11 +67,15 @@ def train_compare(label, build, parallelize, make_input, *, in_layout=Replicate(
         if not ok:
             fails.append(f"{label} [{dtype}]: {what}")
 
+    def mine(full):  # this rank's rows of the batch, then its tensor-parallel piece
+        return chunk(full, 0, dp, dp_rank) if dp > 1 else full
+
     for opt_name in optimizers:
         torch.manual_seed(seed)
         ref = build().to(dtype)
         model = copy.deepcopy(ref)
-        parallelize(model, mesh)
+        parallelize(model, tp_mesh)
+        runner = wrap(model, mesh) if wrap is not None else model
         make_opt = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.1),
                     "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1)}[opt_name]
         opt_ref, opt_tp = make_opt(ref.parameters()), make_opt(model.parameters())
@@ -69,20 +83,24 @@ def train_compare(label, build, parallelize, make_input, *, in_layout=Replicate(
             g = torch.Generator().manual_seed(1000 + step)
             x = make_input(g, dtype)
             x_ref = x.clone().requires_grad_(input_grad and x.is_floating_point())
-            x_tp = piece(x, in_layout, mesh).clone().requires_grad_(input_grad and x.is_floating_point())
+            x_tp = piece(mine(x), in_layout, tp_mesh).clone().requires_grad_(input_grad and x.is_floating_point())
             out_ref = ref(x_ref)
-            out = model(x_tp)
+            out = runner(x_tp)
             weights = torch.randn(out_ref.shape, generator=g, dtype=out_ref.dtype)
             if loss_of is None:  # <out, weights>: every element of the output matters
                 loss_ref = (out_ref * weights).sum()
                 local = out.to_local() if isinstance(out, DTensor) else out
                 layout = out.placements[0] if isinstance(out, DTensor) else out_layout
-                loss = (local * piece(weights, layout, mesh)).sum()
-            else:
+                loss = dp * (local * piece(mine(weights), layout, tp_mesh)).sum()  # DDP averages over dp
+            else:  # a mean over the batch: the mean of equal dp slices' means
                 loss_ref, loss = loss_of(out_ref), loss_of(out)
-                check(f"step {step} loss", _close(loss.detach(), loss_ref.detach(), dtype))
+                mean = loss.detach().clone()
+                if dp > 1:
+                    dist.all_reduce(mean, group=mesh.get_group("dp"))  # test bookkeeping, not the model's
+                    mean /= dp
+                check(f"step {step} loss", _close(mean, loss_ref.detach(), dtype))
             full_out = out.full_tensor() if isinstance(out, DTensor) else out
-            want_out = out_ref if isinstance(out, DTensor) else piece(out_ref, out_layout, mesh)
+            want_out = mine(out_ref) if isinstance(out, DTensor) else piece(mine(out_ref), out_layout, tp_mesh)
             check(f"step {step} output", _close(full_out.detach(), want_out.detach(), dtype))
             opt_ref.zero_grad()
             opt_tp.zero_grad()
@@ -91,8 +109,9 @@ def train_compare(label, build, parallelize, make_input, *, in_layout=Replicate(
             got = full_grads(model)
             for name, p in ref.named_parameters():
                 check(f"step {step} grad {name}", _close(got[name], p.grad, dtype))
-            if x_ref.requires_grad:
-                check(f"step {step} input grad", _close(x_tp.grad, piece(x_ref.grad, in_layout, mesh), dtype))
+            if x_ref.requires_grad:  # the local loss weighs this rank's rows dp times more
+                want_grad = dp * piece(mine(x_ref.grad), in_layout, tp_mesh)
+                check(f"step {step} input grad", _close(x_tp.grad, want_grad, dtype))
             opt_ref.step()
             opt_tp.step()
         state, want = full_state_dict(model), ref.state_dict()
@@ -179,20 +198,49 @@ def run_sequence_parallel(dtype_name: str) -> tuple[list[str], int]:
     return fails, n
 
 
-def run_llama(plan: str, dtype_name: str, n_layers: int = 2) -> tuple[list[str], int]:
+def run_llama(plan: str, dtype_name: str, n_layers: int = 2, *, dp: int = 1, wrap: str | None = None,
+              steps: int = 3, optimizers=("sgd", "adamw")) -> tuple[list[str], int]:
+    """The Llama under a plan against one process; ``wrap``: "ddp" (over mesh["dp"]),
+    "compile", "compile-ddp", "checkpoint" (each block under torch.utils.checkpoint)."""
     from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
 
-    args = ModelArgs(dim=48, n_layers=n_layers, n_heads=12, n_kv_heads=6 if dist.get_world_size() != 4 else 4,
+    tp = dist.get_world_size() // dp
+    args = ModelArgs(dim=48, n_layers=n_layers, n_heads=12, n_kv_heads=6 if tp != 4 else 4,
                      vocab_size=50, max_seq_len=24)
-    tokens = lambda g, dt: torch.randint(0, 50, (2, 12), generator=g)  # noqa: E731
-    labels = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(5))
+    tokens = lambda g, dt: torch.randint(0, 50, (2 * dp, 12), generator=g)  # noqa: E731
+    labels = torch.randint(0, 50, (2 * dp, 12), generator=torch.Generator().manual_seed(5))
 
     def loss_of(logits):
+        mine = labels if logits.shape[0] == labels.shape[0] else chunk(labels, 0, dp, dist.get_rank() // tp)
         with loss_context(plan if isinstance(logits, DTensor) else "vanilla"):
-            return llama_loss(logits, labels)
+            return llama_loss(logits, mine)
 
-    return train_compare(f"Llama {plan}", lambda: Transformer(args), lambda m, mesh: parallelize_llama(m, mesh, plan),
-                         tokens, loss_of=loss_of, dtype=getattr(torch, dtype_name), input_grad=False)
+    return train_compare(f"Llama {plan} {wrap or ''} dp={dp}", lambda: Transformer(args),
+                         lambda m, mesh: parallelize_llama(m, mesh, plan), tokens, loss_of=loss_of,
+                         dtype=getattr(torch, dtype_name), input_grad=False, dp=dp, wrap=WRAPS[wrap],
+                         steps=steps, optimizers=optimizers)
+
+
+def _ddp(model, mesh):
+    from torch.nn.parallel import DistributedDataParallel
+    return DistributedDataParallel(model, process_group=mesh.get_group("dp"))
+
+
+def _checkpointed(model, mesh):
+    """Every block's forward recomputed in backward (non-reentrant torch.utils.checkpoint)."""
+    import functools
+    from torch.utils.checkpoint import checkpoint
+    for block in model.layers.values():
+        block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
+    return model
+
+
+WRAPS = {
+    None: None, "ddp": _ddp, "checkpoint": _checkpointed,
+    "compile": lambda model, mesh: torch.compile(model),
+    "compile-aot": lambda model, mesh: torch.compile(model, backend="aot_eager"),
+    "compile-ddp": lambda model, mesh: torch.compile(_ddp(model, mesh), backend="aot_eager"),
+}
 
 
 def run_llama_with(apply, dtype_name: str = "float64") -> tuple[list[str], int]:

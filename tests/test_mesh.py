@@ -1,5 +1,6 @@
 """DeviceMesh: inside launched ranks, and with no process group at all."""
 
+import signal
 import subprocess
 import sys
 
@@ -33,3 +34,35 @@ def test_one_rank_mesh_needs_no_launcher():
 def test_many_rank_mesh_without_ranks_says_how_to_start_them():
     run = _python("from tensorplay_edu import init_device_mesh\ninit_device_mesh('cpu', (4,))\n")
     assert run.returncode != 0 and "tensorplay_edu.launch" in run.stderr and "torchrun" in run.stderr
+
+
+def _mismatched_on_dp():
+    import torch
+    import torch.distributed as dist
+    from tensorplay_edu import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    x = torch.ones(4 if mesh.get_local_rank("dp") == 0 else 3)  # the dp pair disagrees on the size
+    dist.all_reduce(x, group=mesh.get_group("dp"))
+    return "unreachable"
+
+
+def test_a_mismatched_collective_on_a_sub_mesh_times_out_like_the_world_group():
+    """mesh["dp"]'s groups take launch's timeout (dist.new_group alone gives gloo's 30 minutes)."""
+    import time
+
+    from tensorplay_edu import RankError
+
+    def hung(signum, frame):
+        raise AssertionError("the mismatched collective hung past launch's timeout (a sub-group of 30 minutes?)")
+
+    start, previous = time.monotonic(), signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)  # a regression hangs: fail instead (launch's finally then kills the ranks)
+    try:
+        with pytest.raises((RankError, TimeoutError)) as info:
+            launch(_mismatched_on_dp, 4, timeout=3)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - start < 30
+    assert "different sizes" in str(info.value) or "mismatch" in str(info.value), str(info.value)

@@ -7,8 +7,12 @@ so that it runs unchanged on this rank's heads after ColwiseParallel.
 
 Plans (:func:`parallelize_llama`):
 
-* ``"vanilla"``: the seed's ``apply_tp`` without sequence parallelism: embeddings and
-  output replicated at the edges, colwise wq/wk/wv/w1/w3, rowwise wo/w2.
+* ``"vanilla"``: torchtitan's ``apply_tp`` without sequence parallelism: embeddings and
+  output replicated at the edges, colwise wq/wk/wv/w1/w3, rowwise wo/w2; plus one
+  PrepareModuleInput (Replicate -> Replicate, kept a DTensor) on attention and
+  feed_forward, so that wq/wk/wv (and w1/w3) read ONE DTensor and share one ``f``: the
+  backward costs one all-reduce per block input (1 + 2L), where torchtitan's plan, like
+  PyTorch, pays one per Linear (1 + 5L).
 * ``"full"``: torchtitan's plan: the same plus SequenceParallel on every norm,
   PrepareModuleInput (Shard(1) -> Replicate) on attention and feed_forward, rowwise
   outputs on Shard(1), the output layer colwise from Shard(1) to a Shard(-1) DTensor,
@@ -170,12 +174,13 @@ def parallelize_llama(model: Transformer, mesh: DeviceMesh, plan: str = "full", 
         "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
         "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel(),
     }
+    block_in = Shard(1) if sp else Replicate()  # [b, s/t, h] under SP, else [b, s, h] on every rank
+    block_plan.update({  # one DTensor for the Colwise readers: one all-gather / f per block input
+        "attention": PrepareModuleInput(input_layouts=(block_in, None), desired_input_layouts=(Replicate(), None)),
+        "feed_forward": PrepareModuleInput(input_layouts=(block_in,), desired_input_layouts=(Replicate(),)),
+    })
     if sp:
-        block_plan.update({
-            "attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
-            "attention": PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),
-            "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-        })
+        block_plan.update({"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel()})
     for block in model.layers.values():
         parallelize_module(block, mesh, block_plan)
     if sp:

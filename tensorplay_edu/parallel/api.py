@@ -4,6 +4,10 @@ Paths are matched one dotted level at a time with ``fnmatch`` (``layers.*.attent
 a ``*`` never crosses a dot); ``""`` is the module itself.  Unlike PyTorch, which only
 warns, a key that matches no module is a ValueError listing the closest real paths:
 a typo would otherwise silently leave a layer unsharded.
+
+The whole plan is checked before anything is sharded (unknown keys, a style on a module
+it cannot handle, two styles claiming one module, a module parallelized before): a plan
+with a mistake changes nothing, so the corrected plan can be applied to the same model.
 """
 
 from __future__ import annotations
@@ -52,10 +56,7 @@ def parallelize_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
                       "so this parallelize_module call will do nothing.")
         return module
     if isinstance(parallelize_plan, ParallelStyle):
-        parallelize_plan.src_data_rank = src_data_rank
-        if not hasattr(module, "_tp_fqn"):
-            module._tp_fqn = ""
-        return parallelize_plan._apply(module, device_mesh)
+        parallelize_plan = {"": parallelize_plan}
     if not isinstance(parallelize_plan, dict):
         raise TypeError(f"Expect Union[ParallelStyle, Dict[str, ParallelStyle]] for parallelize_plan, "
                         f"{type(parallelize_plan)} found!")
@@ -63,7 +64,17 @@ def parallelize_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
     for name, sub in module.named_modules():  # paths for errors and CommDebugMode, from the outermost call
         if not hasattr(sub, "_tp_fqn"):
             sub._tp_fqn = f"{base}.{name}" if base and name else (name or base)
-    for path, style in parallelize_plan.items():
+    work = _resolve_plan(module, parallelize_plan)  # every error is raised here, before anything changes
+    for style, target in work:
+        style.src_data_rank = src_data_rank
+        style._apply(target, device_mesh)
+    return module
+
+
+def _resolve_plan(module: nn.Module, plan: dict) -> list[tuple[ParallelStyle, nn.Module]]:
+    """The (style, module) pairs of a plan, checked as a whole without changing anything."""
+    work, claimed = [], {}  # claimed: (id of a module, what) -> the plan key that takes it
+    for path, style in plan.items():
         if not isinstance(style, ParallelStyle):
             raise TypeError(f"parallelize_plan['{path}'] is a {type(style).__name__}, not a ParallelStyle")
         hits = _matches(module, path)
@@ -72,7 +83,12 @@ def parallelize_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
             close = difflib.get_close_matches(path, every, n=5, cutoff=0.5) or every[:5]
             raise ValueError(f"parallelize_plan key '{path}' matches no submodule of {type(module).__name__}; "
                              f"closest existing paths: {close}")
-        for _, target in hits:
-            style.src_data_rank = src_data_rank
-            style._apply(target, device_mesh)
-    return module
+        for name, target in hits:
+            style._validate(target)
+            for what in style.claims:
+                other = claimed.setdefault((id(target), what), path)
+                if other != path:
+                    raise ValueError(f"parallelize_plan keys '{other}' and '{path}' both match '{name or '(root)'}' "
+                                     f"and would both take its {what}: make the keys match disjoint modules")
+            work.append((style, target))
+    return work

@@ -1,23 +1,34 @@
-"""Replicated parameters whose gradients come out as partial sums, made final in backward.
+"""Replicated parameters whose gradients come out as partial sums, made whole as they arrive.
 
-A sequence-parallel norm sees only this rank's tokens, so the gradient of its weight is
-a partial sum over the TP group (``Partial``).  PyTorch leaves it so and pays one
-all-reduce per parameter later.  Here every ``.grad`` is final when ``loss.backward()``
-returns, for ONE collective per backward:
+A sequence-parallel norm sees only this rank's tokens, so the gradient of its (replicated)
+weight is an addend of the true gradient: ``Partial`` over the TP group.  In the words of
+the transition table, the weight is a ``Replicate`` tensor read with gradient placement
+``Partial``: Megatron's ``f``, applied to a parameter.  Its backward is the table's row
+Partial -> Replicate, one all-reduce.
 
-1. each registered parameter has a tensor hook; when its gradient arrives the hook
-   keeps it aside and lets a zero through, so nothing partial lands in ``.grad``;
-2. the first hook of a backward asks autograd to call :meth:`PartialGradBucket.flush`
-   when the whole backward is done (``queue_callback``);
-3. ``flush`` concatenates the kept gradients, moves the flat bucket Partial -> Replicate
-   through the transition table (one all-reduce) and adds each slice to its ``.grad``.
+PyTorch keeps such a gradient ``Partial`` and all-reduces it whenever the optimizer reads it
+(three times per parameter in one AdamW step).  Here a hook on the parameter runs the
+all-reduce when its gradient arrives, *before* autograd adds it to ``.grad``:
 
-Accumulating gradients over several backwards stays right: each backward reduces only
-its own contribution.  The same bucket serves a rowwise bias whose output is not
-replicated (each rank then sums the bias gradient over its own tokens only).
+* ``.grad`` is whole, and the same on every rank, from the moment it is written.  Whatever
+  reads it afterwards sees the true gradient: the optimizer, ``clip_grad_norm_``, and the
+  hooks of ``DistributedDataParallel`` and FSDP, which run right after autograd accumulates
+  a parameter's gradient.
+* Accumulating gradients over several backwards stays right: each backward reduces only
+  its own contribution.
+
+The cost is one small all-reduce (a norm weight is ``[h]``) per parameter per backward.
+An earlier version saved them all for one bucketed all-reduce at the end of the backward;
+under DDP that came too late (DDP had already reduced, then overwrote, those gradients).
+
+The hook lives on the parameter object.  A style calls :func:`partial_gradient` again in
+every forward, which costs nothing when the hook is there and re-attaches it when the
+parameter was replaced after parallelization (FSDP's unsharded parameters, ``to_empty``).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -26,47 +37,21 @@ from ..mesh import DeviceMesh
 from ..placement import Partial, Replicate
 from ..transition import redistribute_local
 
-__all__ = ["PartialGradBucket", "bucket_for"]
-
-_BUCKETS: dict[DeviceMesh, "PartialGradBucket"] = {}
+__all__ = ["partial_gradient"]
 
 
-def bucket_for(mesh: DeviceMesh) -> "PartialGradBucket":
-    """The one bucket of a mesh (all parameters of all models on it)."""
-    if mesh not in _BUCKETS:
-        _BUCKETS[mesh] = PartialGradBucket(mesh)
-    return _BUCKETS[mesh]
+def partial_gradient(param: torch.Tensor, mesh: DeviceMesh, path: str) -> None:
+    """Make ``param``'s gradient whole over the 1-D ``mesh`` as it arrives (idempotent).
+
+    ``path`` names the parameter in CommDebugMode's records.
+    """
+    if not param.requires_grad or getattr(param, "_tp_partial_grad", None) is not None:
+        return
+    param.register_hook(functools.partial(_reduce, mesh, path))
+    param._tp_partial_grad = path
 
 
-class PartialGradBucket:
-    def __init__(self, mesh: DeviceMesh):
-        self.mesh = mesh
-        self.pending: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
-
-    def register(self, param: torch.nn.Parameter) -> None:
-        if param.requires_grad:
-            param.register_hook(lambda grad, p=param: self._keep(p, grad))
-
-    def _keep(self, param, grad: torch.Tensor) -> torch.Tensor:
-        if not self.pending:
-            torch.autograd.Variable._execution_engine.queue_callback(self.flush)
-        self.pending.append((param, grad))
-        return torch.zeros_like(grad)
-
-    def flush(self) -> None:
-        pending, self.pending = self.pending, []
-        by_dtype: dict[torch.dtype, list] = {}
-        for param, grad in pending:
-            by_dtype.setdefault(grad.dtype, []).append((param, grad))
-        for items in by_dtype.values():
-            flat = torch.cat([g.reshape(-1) for _, g in items])  # [sum of numels]
-            with debug.backward_scope("partial grads (bucket)"):
-                flat = redistribute_local(flat, self.mesh, (Partial(),), (Replicate(),), flat.shape)
-            offset = 0
-            for param, grad in items:
-                piece = flat[offset: offset + grad.numel()].view_as(grad)
-                offset += grad.numel()
-                if param.grad is None:
-                    param.grad = piece.clone()
-                else:
-                    param.grad.add_(piece)
+def _reduce(mesh: DeviceMesh, path: str, grad: torch.Tensor) -> torch.Tensor:
+    """This backward's addend -> the whole gradient: Partial -> Replicate, one all-reduce."""
+    with debug.backward_scope(path):
+        return redistribute_local(grad, mesh, (Partial(),), (Replicate(),), grad.shape)

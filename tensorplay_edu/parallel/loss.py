@@ -1,6 +1,7 @@
 """loss_parallel: cross-entropy on logits sharded over the classes, never gathering them.
 
-Rank r holds the logits of classes ``[o_r, o_r + V_r)`` (``torch.chunk`` of V).  Per row:
+Rank r of the TP group holds the logits of classes ``[o_r, o_r + V_r)`` (``torch.chunk``
+of V).  Per row:
 
 1. ``m = max_c x_c``               all-reduce (max) of one value per row
 2. ``s = sum_c exp(x_c - m)``      all-reduce (sum) of one value per row; ``lse = m + log s``
@@ -12,13 +13,34 @@ Rank r holds the logits of classes ``[o_r, o_r + V_r)`` (``torch.chunk`` of V). 
 The gradient is local, no communication: ``(1 - eps) w_y (softmax - onehot_y) + eps / V
 (W softmax - w)``, times the reduction's scale.
 
+**N-D meshes** (DP x TP, CP x TP, ...).  Exactly one mesh dim shards the class dim (dim 1,
+or 0 for 1-D logits): the *TP dim*.  Every other mesh dim shards another tensor dim (the
+batch, the sequence: the *row dims*) or replicates.  A rank then holds a block of rows x
+a block of classes, and the per-row math above needs only the ranks holding the same
+rows: the three all-reduces run on the TP dim's group alone (the transition table's
+Partial -> Replicate on that mesh dim, Replicate elsewhere).  The target is laid out
+like the logits without their class dim: TP's ``Shard(class)`` becomes ``Replicate``
+and a ``Shard(d)`` with ``d > class`` becomes ``Shard(d - 1)``.  A plain tensor target
+is accepted only when that layout is all ``Replicate`` (otherwise: is it the global
+target or this rank's rows?).
+
+Reductions.  ``"none"`` stays per row: a DTensor laid out like the target when rows are
+sharded, a plain tensor otherwise.  ``"sum"`` and ``"mean"`` pack ``[sum of row losses,
+sum of w_y over non-ignored rows]`` in ONE more all-reduce over the row dims (one per row
+dim of more than one rank: one on a DP x TP mesh; none on a 1-D mesh).  "mean" divides
+by that *global* denominator.  A local one would be wrong: with 7 rows over 2 ranks, or
+ignored tokens unevenly spread, averaging the ranks' own means weights a row by 1 / (its
+rank's count), not 1 / (the global count) (pytorch/pytorch#185167; PyTorch 2.13 refuses
+"mean" on N-D meshes).  The loss comes back as a plain tensor, the same on every rank,
+and its gradient on each rank is the gradient of that global loss for this rank's block:
+``scale = grad / global denominator``, still no communication in backward.
+
 Under ``with loss_parallel():`` ``F.cross_entropy`` (and ``nn.CrossEntropyLoss``),
-``F.log_softmax`` and ``F.nll_loss`` accept a logits DTensor sharded on the class dim
-(dim 1, or 0 for 1-D logits).  ``F.nll_loss(F.log_softmax(x, 1), y)`` takes the fused
-path above (3 all-reduces in all).  A ``log_softmax`` used elsewhere gets its true
-gradient, which costs one all-reduce in backward (PyTorch's is silently wrong,
-pytorch/pytorch#190746).  The loss comes back as a plain tensor, the same on every rank.
-The backward does not need to run inside the context.
+``F.log_softmax`` and ``F.nll_loss`` accept a class-sharded logits DTensor.
+``F.nll_loss(F.log_softmax(x, 1), y)`` takes the fused path above.  A ``log_softmax`` used
+elsewhere gets its true gradient, which costs one all-reduce (TP group) in backward
+(PyTorch's is silently wrong, pytorch/pytorch#190746).  The backward does not need to run
+inside the context, and the contexts nest.
 """
 
 from __future__ import annotations
@@ -36,42 +58,57 @@ from ..transition import redistribute_local
 
 __all__ = ["loss_parallel"]
 
+_HINT = "Produce the logits with ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)."
 
-def _all_reduce(x: torch.Tensor, mesh, op: str = "sum") -> torch.Tensor:
-    """Partial -> Replicate through the transition table (recorded as loss_parallel)."""
+
+def _all_reduce(x: torch.Tensor, mesh, dims, op: str = "sum") -> torch.Tensor:
+    """Partial on mesh ``dims`` -> Replicate, through the transition table: one all-reduce
+    per mesh dim in ``dims`` (none for a one-rank dim), on that dim's group only."""
+    src = tuple(Partial(op) if i in dims else Replicate() for i in range(mesh.ndim))
     with debug.module_scope("loss_parallel"):
-        return redistribute_local(x, mesh, (Partial(op),), (Replicate(),), x.shape)
+        return redistribute_local(x, mesh, src, (Replicate(),) * mesh.ndim, x.shape)
 
 
-def _rows(dt: DTensor, dim: int, what: str):
-    """The logits as [rows, local classes], with the class dim checked to be the sharded one."""
-    if dt.device_mesh.ndim != 1 or dt.placements != (Shard(dim),):
-        raise ValueError(f"loss_parallel() should be enabled only when the input tensor is sharded on dimension "
-                         f"{dim} (the class dim) of a 1-D mesh; {what} got placements {list(dt.placements)}. "
-                         "Produce the logits with ColwiseParallel(output_layouts=Shard(-1), use_local_output=False).")
-    local = dt.to_local()
-    moved = local.movedim(dim, -1)  # [.., V/t]
+def _layout(dt: DTensor, dim: int, what: str):
+    """(TP mesh dim, row mesh dims, the target's placements) of logits sharded on ``dim``."""
+    p = dt.placements
+    tp = [i for i, q in enumerate(p) if q == Shard(dim)]
+    if len(tp) != 1:
+        raise ValueError(f"loss_parallel() requires exactly one mesh dim to shard tensor dimension {dim}, but got "
+                         f"placements {p} with {len(tp)} such mesh dim(s). ({what}) {_HINT}")
+    for i, q in enumerate(p):
+        if i != tp[0] and not isinstance(q, (Shard, Replicate)):
+            raise ValueError(f"loss_parallel() expects non-TP mesh dims to be Shard or Replicate, got {q} at dim {i}.")
+    rows = [i for i, q in enumerate(p) if isinstance(q, Shard) and i != tp[0]]
+    target = tuple(Replicate() if i == tp[0] else Shard(q.dim - 1) if isinstance(q, Shard) and q.dim > dim else q
+                   for i, q in enumerate(p))
+    return tp[0], rows, target
+
+
+def _rows(dt: DTensor, dim: int):
+    """This rank's logits as [local rows, local classes] (and the moved shape to undo it)."""
+    moved = dt.to_local().movedim(dim, -1)  # [.., V/t]
     return moved.reshape(-1, moved.shape[-1]), moved.shape
 
 
 @torch.no_grad()
-def _logsumexp(rows: torch.Tensor, mesh) -> torch.Tensor:
-    """Global log-sum-exp of each row over all ranks' classes: 2 all-reduces."""
+def _logsumexp(rows: torch.Tensor, mesh, tp: int) -> torch.Tensor:
+    """Global log-sum-exp of each row over all classes: 2 all-reduces on the TP group."""
     local_max = rows.amax(1) if rows.shape[1] else rows.new_full(rows.shape[:1], float("-inf"))
-    m = _all_reduce(local_max, mesh, "max")  # [N]
+    m = _all_reduce(local_max, mesh, [tp], "max")  # [N]
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    s = _all_reduce((rows - m[:, None]).exp().sum(1), mesh)  # [N]
+    s = _all_reduce((rows - m[:, None]).exp().sum(1), mesh, [tp])  # [N]
     return m + s.log()
 
 
 class _LogSoftmax(torch.autograd.Function):
-    """``x - lse``; its backward ``g - softmax * sum_c g`` needs one all-reduce of ``sum_c g``."""
+    """``x - lse``; its backward ``g - softmax * sum_c g`` needs one all-reduce of ``sum_c g`` (TP group)."""
 
     @staticmethod
-    def forward(ctx, rows, lse, mesh):
+    def forward(ctx, rows, lse, mesh, tp):
         out = rows - lse[:, None]
         ctx.save_for_backward(out)
-        ctx.mesh = mesh
+        ctx.mesh, ctx.tp = mesh, tp
         return out
 
     @staticmethod
@@ -79,8 +116,9 @@ class _LogSoftmax(torch.autograd.Function):
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
         with debug.backward_scope("loss_parallel"):
-            total = redistribute_local(grad.sum(1), ctx.mesh, (Partial(),), (Replicate(),), grad.shape[:1])
-        return grad - out.exp() * total[:, None], None, None
+            src = tuple(Partial() if i == ctx.tp else Replicate() for i in range(ctx.mesh.ndim))
+            total = redistribute_local(grad.sum(1), ctx.mesh, src, (Replicate(),) * ctx.mesh.ndim, grad.shape[:1])
+        return grad - out.exp() * total[:, None], None, None, None
 
 
 class _VocabParallelNLL(torch.autograd.Function):
@@ -88,7 +126,8 @@ class _VocabParallelNLL(torch.autograd.Function):
     Backward: local, no communication."""
 
     @staticmethod
-    def forward(ctx, rows, lse, target, weight, ignore_index, eps, reduction, mesh, offset, classes, softmax):
+    def forward(ctx, rows, lse, target, weight, ignore_index, eps, reduction, comm, offset, classes, softmax):
+        mesh, tp, row_dims = comm
         valid = target != ignore_index
         safe = target.masked_fill(~valid, 0)
         mine = valid & (safe >= offset) & (safe < offset + rows.shape[1])
@@ -98,7 +137,7 @@ class _VocabParallelNLL(torch.autograd.Function):
         w_local = None if weight is None else weight.narrow(0, offset, rows.shape[1])
         if eps > 0:
             sums.append((rows if w_local is None else rows * w_local).sum(1))  # [N]: sum_c w_c x_c, this rank's part
-        packed = _all_reduce(torch.stack(sums), mesh)  # [1 or 2, N]
+        packed = _all_reduce(torch.stack(sums), mesh, [tp])  # [1 or 2, N]
         w_y = (torch.ones_like(lse) if weight is None else weight[safe]) * valid
         loss = (1 - eps) * w_y * (lse - packed[0])
         total_w = classes if weight is None else weight.sum()
@@ -106,9 +145,16 @@ class _VocabParallelNLL(torch.autograd.Function):
             loss = loss + eps / classes * (total_w * lse - packed[1]) * valid
         ctx.save_for_backward(rows, lse, w_y, valid, local_idx, mine)
         ctx.args = (w_local, eps, reduction, classes, total_w, softmax)
+        ctx.denominator = 1
         if reduction == "none":
             return loss
-        return loss.sum() if reduction == "sum" else loss.sum() / w_y.sum()
+        # [sum of row losses, sum of w_y]: local rows -> all rows, one all-reduce over the row dims
+        acc = torch.promote_types(loss.dtype, torch.float32)  # (a bfloat16 count is inexact above 256)
+        totals = _all_reduce(torch.stack([loss.to(acc).sum(), w_y.to(acc).sum()]), mesh, row_dims)
+        if reduction == "sum":
+            return totals[0].to(loss.dtype, copy=True)
+        ctx.denominator = totals[1]  # the GLOBAL weight of the non-ignored rows
+        return (totals[0] / totals[1]).to(loss.dtype)
 
     @staticmethod
     @once_differentiable
@@ -126,22 +172,34 @@ class _VocabParallelNLL(torch.autograd.Function):
                 grad = grad + eps / classes * (total_w * p - w) * valid[:, None]
         else:
             grad = -w_y[:, None] * onehot
-        scale = grad_out if reduction == "none" else grad_out / (w_y.sum() if reduction == "mean" else 1)
-        grad = grad * (scale[:, None] if reduction == "none" else scale)
-        return grad, *([None] * 10)
+        scale = grad_out[:, None] if reduction == "none" else grad_out / ctx.denominator
+        grad = torch.where(valid[:, None], grad * scale, 0)  # ignored rows: 0, even for a mean over none (0/0)
+        return grad.to(rows.dtype), *([None] * 10)
 
 
-def _target(target, rows: int) -> torch.Tensor:
+def _target(target, x: DTensor, mesh, placements, dim: int, rows: int):
+    """The target's local entries, flat, and the target's (local shape, global shape)."""
+    global_shape = x.shape[:dim] + x.shape[dim + 1:]
     if isinstance(target, DTensor):
-        if target.placements != (Replicate(),):
-            raise ValueError(f"loss_parallel(): the target must be replicated, got placements {list(target.placements)}")
+        if target.device_mesh != mesh or target.placements != placements:
+            raise ValueError(f"loss_parallel(): the target has placements {target.placements}, but logits laid out "
+                             f"as {x.placements} need a target laid out as {placements} (the logits' without "
+                             "their class dim)")
+        if target.shape != global_shape:
+            raise ValueError(f"loss_parallel(): the target has shape {list(target.shape)}, "
+                             f"expected {list(global_shape)} for logits of shape {list(x.shape)}")
         target = target.to_local()
+    elif any(not isinstance(p, Replicate) for p in placements):
+        raise ValueError(f"loss_parallel() requires a DTensor (not a plain torch.Tensor) target when the logits "
+                         f"({x.placements}) shard rows over a non-TP mesh dim: is a plain tensor the global target "
+                         f"or this rank's rows? Pass distribute_tensor(target, mesh, {list(placements)}) or "
+                         f"DTensor.from_local(local_target, mesh, {list(placements)}, shape=...).")
     if not isinstance(target, torch.Tensor) or target.is_floating_point():
         raise NotImplementedError("loss_parallel() supports class-index targets only (not class probabilities)")
     flat = target.reshape(-1)
     if flat.numel() != rows:
         raise ValueError(f"loss_parallel(): the target has {flat.numel()} entries for {rows} rows of logits")
-    return flat
+    return flat, target.shape, global_shape
 
 
 def _loss(x: DTensor, target, weight, ignore_index, reduction, eps, lse=None, softmax=True, name="cross_entropy"):
@@ -150,9 +208,10 @@ def _loss(x: DTensor, target, weight, ignore_index, reduction, eps, lse=None, so
     if not 0.0 <= eps <= 1.0:
         raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {eps}")
     dim = 1 if x.ndim >= 2 else 0
-    rows, moved = _rows(x, dim, f"F.{name}")
+    tp, row_dims, placements = _layout(x, dim, f"F.{name}")
+    rows, _ = _rows(x, dim)
     mesh, classes = x.device_mesh, x.shape[dim]
-    flat = _target(target, rows.shape[0])
+    flat, local_shape, global_shape = _target(target, x, mesh, placements, dim, rows.shape[0])
     bad = (flat != ignore_index) & ((flat < 0) | (flat >= classes))
     if bad.any():
         raise IndexError(f"loss_parallel(): target {int(flat[bad][0])} is out of bounds for {classes} classes")
@@ -161,10 +220,14 @@ def _loss(x: DTensor, target, weight, ignore_index, reduction, eps, lse=None, so
     if weight is not None and weight.shape != (classes,):
         raise ValueError(f"{name}: weight must have {classes} entries (one per class), got {tuple(weight.shape)}")
     if lse is None:
-        lse = _logsumexp(rows, mesh)
-    offset = chunk_offset(classes, mesh.size(), mesh.get_local_rank())
-    out = _VocabParallelNLL.apply(rows, lse, flat, weight, ignore_index, eps, reduction, mesh, offset, classes, softmax)
-    return out.view(target.shape) if reduction == "none" else out
+        lse = _logsumexp(rows, mesh, tp)
+    offset = chunk_offset(classes, mesh.size(tp), mesh.get_local_rank(tp))
+    out = _VocabParallelNLL.apply(rows, lse, flat, weight, ignore_index, eps, reduction, (mesh, tp, row_dims),
+                                  offset, classes, softmax)
+    if reduction != "none":
+        return out
+    out = out.view(local_shape)
+    return DTensor.from_local(out, mesh, placements, shape=global_shape) if row_dims else out
 
 
 def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
@@ -178,12 +241,13 @@ def _log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     if dtype is not None:
         input = input.to(dtype)
     dim = (1 if input.ndim >= 2 else 0) if dim is None else dim % input.ndim
-    if input.placements != (Shard(dim),):  # softmax over an unsharded dim is local
+    if not any(p == Shard(dim) or isinstance(p, Partial) for p in input.placements):  # softmax over a whole dim
         local = F.log_softmax(input.to_local(), dim)
         return DTensor.from_local(local, input.device_mesh, input.placements, shape=input.shape)
-    rows, moved = _rows(input, dim, "F.log_softmax")
-    lse = _logsumexp(rows, input.device_mesh)
-    local = _LogSoftmax.apply(rows, lse, input.device_mesh).view(moved).movedim(-1, dim)
+    tp, _, _ = _layout(input, dim, "F.log_softmax")
+    rows, moved = _rows(input, dim)
+    lse = _logsumexp(rows, input.device_mesh, tp)
+    local = _LogSoftmax.apply(rows, lse, input.device_mesh, tp).view(moved).movedim(-1, dim)
     out = DTensor.from_local(local, input.device_mesh, input.placements, shape=input.shape)
     out._log_softmax_of = (input, dim, lse)  # lets nll_loss take the fused path
     return out
@@ -204,11 +268,13 @@ _HANDLERS = {F.cross_entropy: _cross_entropy, F.log_softmax: _log_softmax, F.nll
 
 @contextlib.contextmanager
 def loss_parallel():
-    """Inside: cross-entropy, log_softmax and nll_loss work on class-sharded logits DTensors."""
-    for func, handler in _HANDLERS.items():
-        register_torch_function(func, handler)
+    """Inside: cross-entropy, log_softmax and nll_loss work on class-sharded logits DTensors.
+
+    Nestable: on exit, each function gets back the handler it had on entry (none, or an
+    outer block's), so an inner block's exit never switches an outer block off."""
+    before = {func: register_torch_function(func, handler) for func, handler in _HANDLERS.items()}
     try:
         yield
     finally:
-        for func in _HANDLERS:
-            register_torch_function(func, None)
+        for func, handler in before.items():
+            register_torch_function(func, handler)

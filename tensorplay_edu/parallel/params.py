@@ -4,7 +4,9 @@ A parallel style replaces ``module.weight`` by an ``nn.Parameter`` of the local 
 so ``torch.optim``, ``state_dict()`` and ``.grad`` work unchanged.  The global layout
 is not lost: each such parameter carries ``param.tp_layout``, a :class:`ParamLayout`
 (mesh, placements, global shape); :func:`param_layout` reads it.  A parameter without
-one was never touched: it is the same full tensor on every rank.
+one was never touched: it is the same full tensor on every rank.  The module keeps the
+layouts too (``module._tp_layouts``): wrappers that replace parameters (FSDP2's
+``fully_shard``, ``to_empty``) lose the attribute, and :func:`attach_layouts` puts it back.
 
 :func:`full_state_dict` gathers the single-device state dict from a parallelized model
 (through the transition table: Shard -> Replicate is an all-gather), and
@@ -23,7 +25,8 @@ from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Placement, Replicate
 
-__all__ = ["ParamLayout", "param_layout", "as_dtensor", "distribute_param", "full_state_dict", "load_full_state_dict"]
+__all__ = ["ParamLayout", "param_layout", "attach_layouts", "as_dtensor", "distribute_param", "full_state_dict",
+           "load_full_state_dict"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,30 @@ def distribute_param(module: nn.Module, name: str, placement: Placement, mesh: D
     param = nn.Parameter(piece.to_local(), requires_grad=full.requires_grad)
     param.tp_layout = ParamLayout(mesh, piece.placements, full.shape)
     setattr(module, name, param)
+    if not hasattr(module, "_tp_layouts"):  # the module keeps them too: some wrappers replace parameters
+        module._tp_layouts = {}
+    module._tp_layouts[name] = param.tp_layout
     return param
+
+
+def attach_layouts(model: nn.Module) -> nn.Module:
+    """Give every parallelized parameter of ``model`` its ``tp_layout`` again, from its module.
+
+    Call it after something replaced the parameters (FSDP2's ``fully_shard``, whose
+    parameters are PyTorch DTensors over the data-parallel mesh; ``to_empty``): then
+    ``param_layout``, ``clip_grad_norm_`` and the guard on PyTorch's clipping see them.
+    """
+    for module in model.modules():
+        for name, layout in getattr(module, "_tp_layouts", {}).items():
+            param = module._parameters.get(name)
+            if param is not None:
+                param.tp_layout = layout
+    return model
+
+
+def _unwrap(value: torch.Tensor) -> torch.Tensor:
+    """A PyTorch DTensor (FSDP2's data-parallel shard of our piece) gathered to our piece."""
+    return value.full_tensor() if _is_torch_dtensor(value) else value
 
 
 def as_dtensor(param: torch.Tensor, local: torch.Tensor | None = None) -> DTensor:
@@ -59,26 +85,52 @@ def as_dtensor(param: torch.Tensor, local: torch.Tensor | None = None) -> DTenso
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The single-device state dict, on every rank (gathers the sharded parameters)."""
     out = {}
-    for name, value in model.state_dict(keep_vars=True).items():
+    for name, value in attach_layouts(model).state_dict(keep_vars=True).items():
+        piece = _unwrap(value.detach())  # FSDP2: its all-gather over the data-parallel mesh first
         if param_layout(value) is None:
-            out[name] = value.detach().clone()
+            out[name] = piece.clone()
         else:
-            out[name] = as_dtensor(value, value.detach()).full_tensor()
+            out[name] = as_dtensor(value, piece).full_tensor()
     return out
 
 
 def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Load a single-device state dict into a parallelized model (each rank keeps its piece)."""
-    own = model.state_dict(keep_vars=True)
+    """Load a single-device state dict into a parallelized model (each rank keeps its piece).
+
+    Every key must be there, with the single-device shape and the model's dtype: the
+    whole dict is checked before anything is copied, and an error names each bad key.
+    """
+    own = attach_layouts(model).state_dict(keep_vars=True)
     missing, unexpected = set(own) - set(state), set(state) - set(own)
     if missing or unexpected:
         raise KeyError(f"load_full_state_dict: missing keys {sorted(missing)}, unexpected keys {sorted(unexpected)}")
+    bad = []
+    for name, value in own.items():
+        layout, given = param_layout(value), state[name]
+        want = layout.shape if layout is not None else value.shape
+        if not isinstance(given, torch.Tensor):
+            bad.append(f"'{name}' is a {type(given).__name__}, not a tensor")
+        elif given.shape != want or given.dtype != value.dtype:
+            bad.append(f"'{name}' has shape {list(given.shape)} and dtype {given.dtype}, the model expects "
+                       f"{list(want)} and {value.dtype}")
+    if bad:
+        raise ValueError("load_full_state_dict: " + "; ".join(bad) + ". Give the single-device (unsharded) state "
+                         "dict of this model; convert dtypes first (e.g. {k: v.to(dtype) for k, v in sd.items()}).")
     with torch.no_grad():
         for name, value in own.items():
             layout = param_layout(value)
-            full = state[name].to(value.device, value.dtype)
-            if layout is None:
-                value.copy_(full)
-            else:
-                piece = DTensor.from_local(full, layout.mesh, [Replicate()] * layout.mesh.ndim)
-                value.copy_(piece.redistribute(placements=layout.placements).to_local())
+            piece = state[name].to(value.device)
+            if layout is not None:
+                full = DTensor.from_local(piece, layout.mesh, [Replicate()] * layout.mesh.ndim)
+                piece = full.redistribute(placements=layout.placements).to_local()
+            if _is_torch_dtensor(value):  # FSDP2: its data-parallel shard of our piece
+                from torch.distributed.tensor import distribute_tensor as torch_distribute
+                piece = torch_distribute(piece, value.device_mesh, value.placements, src_data_rank=None)
+            value.copy_(piece)
+
+
+def _is_torch_dtensor(value) -> bool:
+    """Is ``value`` a PyTorch DTensor (what FSDP2 makes of a parameter), not one of ours?"""
+    from torch.distributed.tensor import DTensor as TorchDTensor
+
+    return isinstance(value, TorchDTensor)

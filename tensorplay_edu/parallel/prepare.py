@@ -4,7 +4,9 @@ module's inputs or outputs between layouts, nothing else (no parameters are touc
 ``input_layouts`` says what the inputs are (a plain tensor is wrapped as that layout),
 ``desired_input_layouts`` what the module wants; a difference is a redistribute, i.e.
 one row of the transition table.  ``None`` leaves that input alone.  These styles use
-plain hooks, so they can be stacked with the others on one module.
+plain hooks, so they can be stacked with the others on one module; but one module takes
+one input conversion and one output conversion (PyTorch would stack a second
+PrepareModuleInput and gather twice; here it is an error).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from ..debug import module_scope
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Placement
-from .style import ParallelStyle, fqn, to_layout
+from .style import ParallelStyle, claim, fqn, to_layout
 
 __all__ = ["PrepareModuleInput", "PrepareModuleOutput", "PrepareModuleInputOutput"]
 
@@ -29,17 +31,19 @@ def _convert(x, layout, desired, mesh, use_local, module):
     """One input or output: wrap as ``layout``, move to ``desired``, unwrap if asked."""
     if layout is None:
         return x
-    if not isinstance(x, DTensor):
-        if not isinstance(x, torch.Tensor):
-            raise AssertionError(f"expecting input to be a torch.Tensor! ('{fqn(module)}' got {type(x).__name__})")
-        x = DTensor.from_local(x, mesh, [layout])
-    if desired is not None:
-        with module_scope(fqn(module)):
+    with module_scope(fqn(module)):  # what it costs, forward and backward, is this module's
+        if not isinstance(x, DTensor):
+            if not isinstance(x, torch.Tensor):
+                raise AssertionError(f"expecting input to be a torch.Tensor! ('{fqn(module)}' got {type(x).__name__})")
+            x = DTensor.from_local(x, mesh, [layout])
+        if desired is not None:
             x = to_layout(x, desired)
     return x.to_local() if use_local else x
 
 
 class PrepareModuleInput(ParallelStyle):
+    claims = ("input",)
+
     def __init__(self, *, input_layouts=None, desired_input_layouts=None, input_kwarg_layouts=None,
                  desired_input_kwarg_layouts=None, use_local_output: bool = False):
         self.input_layouts = _tuple(input_layouts)
@@ -76,6 +80,7 @@ class PrepareModuleInput(ParallelStyle):
                             self.use_local_output, module) for k, v in kwargs.items()}
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        claim(self, module)
         if self.with_kwargs:
             module.register_forward_pre_hook(
                 lambda mod, args, kwargs: (self._prepare_args(mod, args, device_mesh),
@@ -86,6 +91,8 @@ class PrepareModuleInput(ParallelStyle):
 
 
 class PrepareModuleOutput(ParallelStyle):
+    claims = ("output",)
+
     def __init__(self, *, output_layouts, desired_output_layouts, use_local_output: bool = True):
         self.output_layouts = _tuple(output_layouts)
         self.desired_output_layouts = _tuple(desired_output_layouts)
@@ -108,12 +115,15 @@ class PrepareModuleOutput(ParallelStyle):
         return out[0] if len(out) == 1 else out
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        claim(self, module)
         module.register_forward_hook(lambda mod, inputs, outputs: self._prepare_output(mod, outputs, device_mesh))
         return module
 
 
 class PrepareModuleInputOutput(ParallelStyle):
     """Both of the above on one module (a plan dict holds one style per key)."""
+
+    claims = ("input", "output")
 
     def __init__(self, *, input_layouts=None, desired_input_layouts=None, input_kwarg_layouts=None,
                  desired_input_kwarg_layouts=None, use_local_input: bool = False, output_layouts,

@@ -1,11 +1,15 @@
 """SequenceParallel: run a per-token module (LayerNorm, RMSNorm, Dropout) on this rank's
-slice of the sequence.  No communication in forward or backward.
+slice of the sequence.  No communication in forward; in backward only the parameters'.
 
 Parameters stay whole (replicated, broadcast from ``src_data_rank``; ``None`` keeps each
-rank's own).  Each rank sees only its tokens, so a parameter's gradient is a partial
-sum over the TP group: :mod:`~tensorplay_edu.parallel.grad_sync` reduces all of them in
-one bucketed all-reduce at the end of the backward, so ``.grad`` is final when
-``loss.backward()`` returns (PyTorch leaves them ``Partial`` and reduces each later).
+rank's own).  Each rank sees only its tokens, so a parameter's gradient is a partial sum
+over the TP group: :mod:`~tensorplay_edu.parallel.grad_sync` all-reduces it as it arrives,
+so ``.grad`` is whole when autograd writes it (PyTorch leaves it ``Partial`` and reduces it
+whenever the optimizer reads it).
+
+A dropout layer inside draws a different mask on each rank (each rank holds different
+tokens) from a stream derived from the shared default generator (:mod:`.rng`), as
+Megatron-LM's RNG tracker does; outside sequence-parallel regions masks stay shared.
 
 A plain tensor input is taken as already sharded on ``sequence_dim`` (its global length
 is local x ranks); a DTensor input is redistributed there.  The output is a
@@ -21,14 +25,17 @@ from ..debug import module_scope
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Replicate, Shard
-from .grad_sync import bucket_for
+from .grad_sync import partial_gradient
 from .params import distribute_param
-from .style import ParallelStyle, fqn, mark_applied, to_layout
+from .rng import per_rank_rng
+from .style import ParallelStyle, claim, fqn, to_layout
 
 __all__ = ["SequenceParallel"]
 
 
 class SequenceParallel(ParallelStyle):
+    claims = ("shard",)
+
     def __init__(self, *, sequence_dim: int = 1, use_local_output: bool = False):
         self.sequence_sharding = (Shard(sequence_dim),)
         self.use_local_output = use_local_output
@@ -37,16 +44,20 @@ class SequenceParallel(ParallelStyle):
         return f"SequenceParallel(sequence_dim={self.sequence_sharding[0].dim}, use_local_output={self.use_local_output})"
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
-        mark_applied(module, "SequenceParallel")
+        claim(self, module)
         for sub in module.modules():
             for name, _ in list(sub.named_parameters(recurse=False)):
-                param = distribute_param(sub, name, Replicate(), device_mesh, self.src_data_rank)
-                bucket_for(device_mesh).register(param)
+                distribute_param(sub, name, Replicate(), device_mesh, self.src_data_rank)
+        _partial_gradients(module, device_mesh)
+        dropouts = [m for m in module.modules() if isinstance(m, nn.modules.dropout._DropoutNd)]
+        if dropouts:  # its own mask on each rank: run the forward on a per-rank stream
+            module.forward = _PerRankRandom(module.forward, device_mesh, dropouts)
         module.register_forward_pre_hook(lambda mod, inputs: self._prepare_input(mod, inputs, device_mesh))
         module.register_forward_hook(lambda mod, inputs, out: self._prepare_output(mod, inputs, out, device_mesh))
         return module
 
     def _prepare_input(self, module, inputs, mesh):
+        _partial_gradients(module, mesh)  # no-op unless a parameter was replaced since
         x, rest = inputs[0], inputs[1:]
         if isinstance(x, DTensor):
             with module_scope(fqn(module)):
@@ -64,3 +75,23 @@ class SequenceParallel(ParallelStyle):
         shape[dim] = module._tp_sequence_length
         dt = DTensor.from_local(out, mesh, [Shard(dim)], shape=shape)
         return dt.to_local() if self.use_local_output else dt
+
+
+def _partial_gradients(module: nn.Module, mesh: DeviceMesh) -> None:
+    """Every parameter's gradient is a partial sum over the TP group: reduce it as it arrives."""
+    for sub in module.modules():
+        for name, param in sub.named_parameters(recurse=False):
+            partial_gradient(param, mesh, f"{fqn(sub)}.{name}")
+
+
+class _PerRankRandom:
+    """A module's forward, run with this rank's own random stream while a dropout in it is active."""
+
+    def __init__(self, forward, mesh: DeviceMesh, dropouts: list[nn.Module]):
+        self.forward, self.mesh, self.dropouts = forward, mesh, dropouts
+
+    def __call__(self, x, *args, **kwargs):
+        if not any(d.training and d.p > 0 for d in self.dropouts):  # eval: no randomness, no draw
+            return self.forward(x, *args, **kwargs)
+        with per_rank_rng(self.mesh.get_local_rank(), x.device):
+            return self.forward(x, *args, **kwargs)

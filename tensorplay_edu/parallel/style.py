@@ -27,19 +27,43 @@ from ..debug import module_scope
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Partial, Placement, Replicate, Shard, chunk_offset, chunk_sizes
-from .grad_sync import bucket_for
+from .grad_sync import partial_gradient
 from .params import distribute_param
 
 __all__ = ["ParallelStyle", "ColwiseParallel", "RowwiseParallel"]
 
 
 class ParallelStyle:
-    """A way to parallelize one module: subclasses implement ``_apply(module, device_mesh)``."""
+    """A way to parallelize one module: subclasses implement ``_apply(module, device_mesh)``.
+
+    ``claims`` names what a style takes over on a module: ``"shard"`` (its parameters and
+    forward), ``"input"`` or ``"output"`` (a hook converting them).  Each may be taken once:
+    a second style claiming the same thing would shard twice or convert twice.
+    ``_validate`` raises, without changing anything, the errors ``_apply`` would raise, so
+    that ``parallelize_module`` can check a whole plan before it shards anything.
+    """
 
     src_data_rank: int | None = 0
+    claims: tuple[str, ...] = ()
+
+    def _validate(self, module: nn.Module) -> None:
+        for claim in self.claims:
+            taken = getattr(module, "_tp_claims", {}).get(claim)
+            if taken:
+                raise RuntimeError(_TWICE[claim].format(style=type(self).__name__, path=fqn(module), by=taken))
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         raise NotImplementedError
+
+
+_TWICE = {
+    "shard": "distribute_module should only be called once on a module, but it has already been called on this "
+             "module! ({style} on '{path}', already parallelized by {by})",
+    "input": "{style} on '{path}': its inputs are already converted by {by}; a second input hook would convert "
+             "them twice (e.g. gather twice). Use one PrepareModuleInput per module.",
+    "output": "{style} on '{path}': its outputs are already converted by {by}; a second output hook would convert "
+              "them twice. Use one PrepareModuleOutput per module.",
+}
 
 
 def fqn(module: nn.Module) -> str:
@@ -47,13 +71,13 @@ def fqn(module: nn.Module) -> str:
     return getattr(module, "_tp_fqn", "") or type(module).__name__
 
 
-def mark_applied(module: nn.Module, style: str) -> None:
-    """Colwise / Rowwise / SequenceParallel shard a module once; a second time is an error."""
-    if getattr(module, "_tp_applied", None):
-        raise RuntimeError(
-            f"distribute_module should only be called once on a module, but it has already been called on this "
-            f"module! ({style} on '{fqn(module)}', already parallelized by {module._tp_applied})")
-    module._tp_applied = style
+def claim(style: ParallelStyle, module: nn.Module) -> None:
+    """Check that ``style`` may be applied to ``module``, then record what it takes over."""
+    style._validate(module)
+    if not hasattr(module, "_tp_claims"):
+        module._tp_claims = {}
+    for what in style.claims:
+        module._tp_claims[what] = type(style).__name__
 
 
 def input_as_dtensor(x, mesh: DeviceMesh, layout: Placement, shape=None) -> DTensor:
@@ -63,25 +87,6 @@ def input_as_dtensor(x, mesh: DeviceMesh, layout: Placement, shape=None) -> DTen
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"expecting a torch.Tensor or DTensor input, got {type(x).__name__}")
     return DTensor.from_local(x, mesh, [layout], shape=shape)
-
-
-# The last plain input a Colwise Linear wrapped.  wq, wk and wv read the same x one
-# after the other, so they share one DTensor and its gradient layout: their partial
-# input gradients are added up first and the f all-reduce happens once per x, not
-# once per layer (1 + 2L all-reduces in a vanilla Llama backward instead of 1 + 5L).
-# One slot only, so at most one activation is held until the next Colwise call.
-_LAST_INPUT: list = []
-
-
-def shared_replicated(x: torch.Tensor, mesh: DeviceMesh) -> DTensor:
-    """``from_local(x, [Replicate()])``, the same one for consecutive Colwise readers of ``x``."""
-    if _LAST_INPUT:
-        last_x, version, last_mesh, dt = _LAST_INPUT[0]
-        if last_x is x and version == x._version and last_mesh == mesh:
-            return dt
-    dt = DTensor.from_local(x, mesh, [Replicate()])
-    _LAST_INPUT[:] = [(x, x._version, mesh, dt)]
-    return dt
 
 
 def to_layout(dt: DTensor, layout: Placement) -> DTensor:
@@ -107,12 +112,17 @@ class _LinearOrEmbedding(ParallelStyle):
         return (f"{type(self).__name__}(input_layouts={self.input_layouts}, output_layouts={self.output_layouts}, "
                 f"use_local_output={self.use_local_output})")
 
-    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+    claims = ("shard",)
+
+    def _validate(self, module: nn.Module) -> None:
         if not isinstance(module, (nn.Linear, nn.Embedding)):
             raise NotImplementedError(
                 f"{type(self).__name__} currently only support nn.Linear and nn.Embedding! "
                 f"'{fqn(module)}' is a {type(module).__name__}; give it another style or leave it out of the plan")
-        mark_applied(module, type(self).__name__)
+        super()._validate(module)
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        claim(self, module)
         self._shard(module, device_mesh)
         module.register_forward_pre_hook(lambda mod, inputs: self._prepare_input(mod, inputs, device_mesh))
         module.register_forward_hook(lambda mod, inputs, out: self._prepare_output(mod, out, device_mesh))
@@ -141,13 +151,12 @@ class ColwiseParallel(_LinearOrEmbedding):
             distribute_param(module, name, Shard(dim), mesh, self.src_data_rank)
 
     def _prepare_input(self, module, inputs, mesh):
-        x = inputs[0]
         with module_scope(fqn(module)):
-            if isinstance(x, torch.Tensor) and self.input_layouts[0] == Replicate() and isinstance(module, nn.Linear):
-                x = shared_replicated(x, mesh)  # [.., in]
-            else:
-                x = to_layout(input_as_dtensor(x, mesh, self.input_layouts[0]), Replicate())  # [.., in]
-        grad = [Partial()] if isinstance(module, nn.Linear) else None  # x @ W_local^T: partial input grad
+            x = to_layout(input_as_dtensor(inputs[0], mesh, self.input_layouts[0]), Replicate())  # [.., in]
+        # x @ W_local^T: each rank's input gradient is an addend (Partial), so reading x is Megatron's f.
+        # Readers of ONE DTensor share one f: hand wq/wk/wv the same DTensor (PrepareModuleInput on their
+        # parent, use_local_output=False) and their gradients are summed before a single all-reduce.
+        grad = [Partial()] if isinstance(module, nn.Linear) else None
         return (x.to_local(grad_placements=grad),)
 
     def _prepare_output(self, module, out, mesh):  # out: [.., out/t]
@@ -173,7 +182,7 @@ class RowwiseParallel(_LinearOrEmbedding):
             if module.bias is not None:
                 distribute_param(module, "bias", Replicate(), mesh, self.src_data_rank)
                 if self.output_layouts[0] != Replicate():  # each rank sums the bias grad over its own rows
-                    bucket_for(mesh).register(module.bias)
+                    partial_gradient(module.bias, mesh, f"{fqn(module)}.bias")
             module.forward = types.MethodType(_partial_linear, module)
         else:
             distribute_param(module, "weight", Shard(0), mesh, self.src_data_rank)
@@ -202,11 +211,13 @@ class RowwiseParallel(_LinearOrEmbedding):
         bias = getattr(module, "bias", None) if isinstance(module, nn.Linear) else None
         if bias is None:
             return self._finish(dt, module)  # g: all-reduce, or reduce-scatter
+        if self.output_layouts[0] != Replicate():  # no-op unless the bias was replaced since
+            partial_gradient(bias, mesh, f"{fqn(module)}.bias")
         with module_scope(fqn(module)):
             dt = to_layout(dt, self.output_layouts[0])  # g: all-reduce, or reduce-scatter
         place = dt.placements[0]
         # The bias split with the features is the table's Replicate -> Shard local chunk, taken by hand so
-        # that its gradient stays a zero-padded partial sum for the bucket (grad_sync.py), not an all-gather.
+        # that its gradient stays a zero-padded partial sum, reduced by grad_sync.py, not an all-gather.
         if isinstance(place, Shard) and place.dim == dt.ndim - 1:
             t, r = mesh.size(), mesh.get_local_rank()
             bias = bias.narrow(0, chunk_offset(bias.shape[0], t, r), chunk_sizes(bias.shape[0], t)[r])
@@ -224,7 +235,7 @@ def _vocab_parallel_embedding(self: nn.Embedding, ids: torch.Tensor) -> torch.Te
 
     The sum over ranks (the reduction that follows) is the ordinary lookup.
     """
-    layout = self.weight.tp_layout
+    layout = self._tp_layouts["weight"]
     vocab, t, r = layout.shape[0], layout.mesh.size(), layout.mesh.get_local_rank()
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
         raise IndexError(f"'{fqn(self)}': token id out of range [0, {vocab}) (min {int(ids.min())}, max {int(ids.max())})")

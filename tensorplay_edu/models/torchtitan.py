@@ -1,0 +1,60 @@
+"""torchtitan's ``apply_tp`` for its Llama, in our words: the plan the project grew from.
+
+torchtitan (``torchtitan/models/llama3/infra/parallelize.py``) parallelizes a Llama with
+three calls of the same API this package implements; only the imports differ.  This is
+the "vanilla TP" form of it: no sequence parallelism, so the embeddings and the output
+layer keep replicated activations at the edges of the model, and every block splits
+
+* ``attention.wq / wk / wv`` and ``feed_forward.w1 / w3`` by columns (each rank computes its
+  own heads, its own hidden units: no communication forward, Megatron's ``f`` backward),
+* ``attention.wo`` and ``feed_forward.w2`` by rows (a partial sum, all-reduced: ``g``).
+
+Each Colwise Linear wraps its input on its own, so a block's backward all-reduces the input
+gradient once per Linear (1 + 5L all-reduces for L blocks, as in PyTorch).  The project's
+``parallelize_llama(model, mesh, "vanilla")`` adds one PrepareModuleInput per block input so
+that the three readers share one ``f`` (1 + 2L).  The full plan (sequence parallelism and
+``loss_parallel``) is ``parallelize_llama(model, mesh, "full")``.
+
+The signature and flags are torchtitan's.  ``loss_parallel`` is accepted and unused here,
+as in the vanilla form (the logits come out replicated); the float8 and async-TP variants
+are not part of this package yet.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from torch import nn
+
+from ..mesh import DeviceMesh
+from ..parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from ..placement import Replicate
+
+__all__ = ["apply_tp"]
+
+logger = logging.getLogger(__name__)
+
+
+def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, loss_parallel: bool, enable_float8_tensorwise_tp: bool,
+             enable_async_tp: bool) -> None:
+    """Tensor parallelism for a torchtitan-style Llama (``tok_embeddings``, ``layers``, ``output``)."""
+    for flag, value in (("enable_float8_tensorwise_tp", enable_float8_tensorwise_tp),
+                        ("enable_async_tp", enable_async_tp)):
+        if value:
+            raise NotImplementedError(f"apply_tp({flag}=True): tensorplay_edu has no {flag[7:]} variant yet; "
+                                      f"call it with {flag}=False")
+    # The edges: a vocab-parallel embedding whose partial rows are summed (all-reduce), and an
+    # output layer split over the vocabulary whose logits are gathered for an ordinary loss.
+    parallelize_module(model, tp_mesh, {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+        "output": ColwiseParallel(input_layouts=Replicate(), output_layouts=Replicate(), use_local_output=True),
+    })
+    # Every block: Megatron's split of attention and of the SwiGLU MLP.
+    for block in model.layers.values():
+        parallelize_module(block, tp_mesh, {
+            "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(),
+            "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(),
+        })
+    logger.info("Applied Tensor Parallelism to the model")

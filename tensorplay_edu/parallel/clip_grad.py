@@ -1,0 +1,282 @@
+"""Gradient clipping for a tensor-parallel model: one norm, the same on every rank.
+
+Clipping by the global norm scales every gradient by ``min(max_norm / (norm + 1e-6), 1)``
+where ``norm`` is the p-norm of ALL gradients seen as one long vector.  After
+``parallelize_module`` a rank holds only its piece of each sharded parameter, so
+``torch.nn.utils.clip_grad_norm_`` measures only this rank's pieces: each rank gets a
+different norm, clips by a different factor, and the replicated parameters (norm weights,
+a rowwise bias), identical on every rank until then, start to drift apart.
+
+The fix is the same sum written out over the ranks.  For p < inf,
+
+    norm^p = sum over every parameter of sum over its elements of |g|^p
+
+and every element of a sharded gradient sits on exactly one rank of each mesh dim its
+layout shards, while a replicated gradient sits, whole, on every rank.  So:
+
+* **sharded parameters** (layout ``Shard`` on a mesh dim of more than one rank): this rank
+  sums |g|^p over its piece, and the pieces' sums are added over the ranks of every mesh
+  dim on which the layout is ``Shard``.  In the words of the transition table: this rank's
+  sum is ``Partial`` over those mesh dims, and ``Partial -> Replicate`` is one all-reduce
+  per mesh dim.  Parameters that are sharded over the same process groups share ONE
+  all-reduce of one number (on a 1-D mesh: one all-reduce for the whole model);
+* **replicated parameters** (no layout, or ``Replicate`` on a mesh dim) are counted once:
+  every rank already holds the whole gradient, identical everywhere, so adding the ranks'
+  copies would count it ``t`` times.  A layout ``[Shard(0), Replicate()]`` is summed over
+  the first mesh dim only, for the same reason.  The gradients of a model wrapped in
+  ``DistributedDataParallel`` over a ``"dp"`` mesh dim are the same on every dp rank when
+  ``backward`` returns (DDP averaged them), so nothing is summed over ``"dp"`` either;
+* for ``norm_type=inf`` the norm is the largest |g|, so "added over the ranks" becomes
+  "the largest over the ranks": ``Partial("max") -> Replicate``.  A ``nan`` must win
+  as it does on one device, but a maximum over ranks may drop it (gloo keeps it only
+  from rank 0), so a "this rank saw a nan" flag rides along in the same all-reduce.
+
+Then every rank holds the same norm and multiplies its pieces by the same factor, with
+PyTorch's own ``clip_grads_with_norm_``.  The result is exactly single-device clipping.
+
+Guard on PyTorch's function
+---------------------------
+Importing :mod:`tensorplay_edu.parallel` wraps ``torch.nn.utils.clip_grad_norm_`` (also
+reachable as ``torch.nn.utils.clip_grad.clip_grad_norm_``, which the deprecated
+``clip_grad_norm`` calls) and ``torch.nn.utils.get_total_norm``.  The wrapper keeps no
+state, keeps PyTorch's signature and docstring (``functools.wraps``) and calls PyTorch's
+function unchanged, except that it raises a ``RuntimeError`` first when a tensor it is
+given is a tensor-parallel parameter sharded over more than one rank: that call would
+return a silently wrong, rank-dependent result.  An error, not a warning: nothing about
+that result is usable (the model stops matching its single-device self, and the replicas
+of a parameter stop being replicas), a warning shows once and then scrolls away in a
+training log, and every rank raises together (PyTorch's function does not communicate,
+so no rank is left waiting).  The same choice as a plan key that matches no module.
+PyTorch's function stays reachable as
+``torch.nn.utils.clip_grad_norm_.__wrapped__``.  A reference taken *before*
+``tensorplay_edu.parallel`` was imported (``from torch.nn.utils import clip_grad_norm_``
+first) is PyTorch's unwrapped function; and ``get_total_norm`` is usually given the
+gradients, plain tensors that carry no layout, so only a call with the parameters
+themselves can be caught there.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import types
+import warnings
+from collections.abc import Iterable
+
+import torch
+from torch.nn.utils import clip_grad as _torch_clip_grad
+
+from .. import debug
+from ..placement import Partial, Replicate, Shard
+from ..transition import redistribute_local
+from .params import _is_torch_dtensor, param_layout
+
+__all__ = ["clip_grad_norm_"]
+
+# PyTorch's own pieces, by their private names (the guard below never wraps these).
+_local_norm = _torch_clip_grad._get_total_norm  # = torch.nn.utils.get_total_norm
+_clip_grads_with_norm_ = _torch_clip_grad._clip_grads_with_norm_  # = torch.nn.utils.clip_grads_with_norm_
+
+
+def _split_dims(layout) -> tuple[int, ...]:
+    """The mesh dims over which ``layout`` cuts the parameter into pieces (dims of one rank cut nothing)."""
+    if layout is None:
+        return ()
+    return tuple(d for d, p in enumerate(layout.placements) if isinstance(p, Shard) and layout.mesh.size(d) > 1)
+
+
+def _cut_dims(mesh, placements, what: str) -> tuple[int, ...]:
+    """The mesh dims on which ``placements`` (ours or PyTorch's) cut a tensor into pieces."""
+    for d, placement in enumerate(placements):
+        if placement.is_partial():
+            raise NotImplementedError(f"clip_grad_norm_: {what} laid out as {placement!r} on mesh dim {d}")
+    return tuple(d for d, placement in enumerate(placements) if placement.is_shard() and mesh.size(d) > 1)
+
+
+@torch.no_grad()
+def clip_grad_norm_(parameters: torch.Tensor | Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0,
+                    error_if_nonfinite: bool = False, foreach: bool | None = None) -> torch.Tensor:
+    r"""Clip the gradient norm of an iterable of parameters, some of them tensor-parallel.
+
+    ``torch.nn.utils.clip_grad_norm_`` with the norm taken over the whole model, not over
+    this rank's pieces: the same arguments, defaults, errors and return value, and the
+    same result as PyTorch's function on the single-device model.
+
+    What is summed where (p = ``norm_type``; see the module docstring for why):
+
+    * a parameter sharded by its layout (``Shard`` on mesh dims of more than one rank):
+      |g|^p summed over this rank's piece, then over the ranks of every such mesh dim
+      (``Partial -> Replicate`` through the transition table: one all-reduce of a scalar
+      per mesh dim, shared by all parameters sharded over the same process groups);
+    * a replicated parameter (no layout, or ``Replicate`` on a mesh dim): counted once,
+      as every rank holds the same whole gradient;
+    * ``norm_type=inf``: the largest |g| instead of the sum (``Partial("max")``).
+
+    Every rank must call it with the same parameters (the all-reduces are collective).
+    Gradients are scaled in place by ``min(max_norm / (total_norm + 1e-6), 1)``.
+
+    Args:
+        parameters (Iterable[Tensor] or Tensor): the parameters (plain, or parallelized by
+            ``parallelize_module``) whose gradients are clipped.
+        max_norm (float): max norm of the gradients.
+        norm_type (float, optional): type of the used p-norm, any p > 0 or ``inf``.
+            Default: 2.0
+        error_if_nonfinite (bool, optional): if True, an error is thrown if the total norm
+            is ``nan``, ``inf``, or ``-inf`` (on every rank: they hold the same norm).
+            Default: False
+        foreach (bool, optional): use the faster foreach-based implementation (as PyTorch).
+            Default: None
+
+    Returns:
+        Total norm of the parameter gradients (viewed as a single vector), the same tensor
+        on every rank.
+    """
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    else:
+        is_generator = isinstance(parameters, types.GeneratorType)
+        parameters = list(parameters)  # a generator is read once
+        if is_generator and len(parameters) == 0:
+            warnings.warn("`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=3)
+    total_norm = _total_norm(parameters, norm_type, error_if_nonfinite, foreach)
+    _clip_grads_with_norm_(parameters, max_norm, total_norm, foreach)  # PyTorch's: 1e-6, clamped to 1
+    return total_norm
+
+
+def _total_norm(parameters: list, norm_type, error_if_nonfinite: bool, foreach) -> torch.Tensor:
+    """The p-norm of every gradient of ``parameters`` as one vector, the same on every rank."""
+    norm_type = float(norm_type)
+    if not (norm_type > 0):  # also nan
+        raise NotImplementedError(
+            f"tensorplay_edu.parallel.clip_grad_norm_: norm_type={norm_type} is not supported; use a p > 0 or "
+            "inf (a p <= 0 'norm' of sharded gradients is no sum or maximum of the pieces' norms)")
+    params = [p for p in parameters if p.grad is not None]
+    if not params:
+        return torch.tensor(0.0)  # as PyTorch: nothing to measure
+    first_device = params[0].grad.device
+    is_inf = math.isinf(norm_type)
+
+    # 1. Group the gradients by the process groups their pieces are spread over: () for
+    #    replicated ones.  The same parameters give the same groups, in the same order,
+    #    on every rank, so every rank issues the same all-reduces.
+    groups: dict[tuple, dict] = {}
+    for p in params:
+        g, cuts = p.grad, []  # cuts: the (mesh, mesh dims) over which this gradient is cut into pieces
+        if _is_torch_dtensor(g):  # FSDP2 sharded our piece over the data-parallel mesh: a PyTorch DTensor
+            cuts.append((g.device_mesh, _cut_dims(g.device_mesh, g.placements, "an FSDP2 gradient")))
+            g = g.to_local()
+        layout = param_layout(p)
+        if layout is not None:
+            cuts.append((layout.mesh, _cut_dims(layout.mesh, layout.placements, "a parameter")))
+        cuts = [(mesh, dims) for mesh, dims in cuts if dims]
+        key = tuple(mesh.get_group(d) for mesh, dims in cuts for d in dims)
+        group = groups.setdefault(key, {"cuts": cuts, "grads": [], "dtype": None})
+        group["dtype"] = g.real.dtype if group["dtype"] is None else torch.promote_types(group["dtype"], g.real.dtype)
+        if cuts and g.numel() == 0 and (math.prod(layout.shape) if layout is not None else p.numel()) > 0:
+            continue  # an empty piece of a non-empty parameter (torch.chunk: 2 rows over 4 ranks): adds nothing,
+            # and PyTorch's inf norm refuses an empty tensor (a maximum over nothing)
+        group["grads"].append(g)
+
+    # 2. This rank's norm of each group (PyTorch's get_total_norm, foreach as asked), and
+    #    for a sharded group its sum (max for inf) over the ranks holding the pieces.
+    norms = []
+    for group in groups.values():
+        dtype = group["dtype"]
+        if group["grads"]:
+            local = _local_norm(group["grads"], norm_type, False, foreach).to(first_device, dtype)
+        else:
+            local = torch.zeros((), dtype=dtype, device=first_device)  # this rank holds only empty pieces
+        if group["cuts"]:
+            wide = torch.promote_types(dtype, torch.float32)  # sum p-th powers of half-precision norms in float32
+            if is_inf:  # [largest |g| here, 1 if it is nan]: a max over ranks may drop a nan (gloo keeps
+                # one only on rank 0), so whether any rank saw one travels beside it, in the same all-reduce
+                x = torch.stack([torch.where(local.isnan(), 0.0, local).to(wide), local.isnan().to(wide)])
+            else:
+                x = local.to(wide) ** norm_type  # |g|^p summed over this rank's pieces (a nan stays nan)
+            partial = Partial("max") if is_inf else Partial()
+            for mesh, dims in group["cuts"]:  # FSDP2's data-parallel mesh first, then the tensor-parallel one
+                src = tuple(partial if d in dims else Replicate() for d in range(mesh.ndim))
+                with debug.module_scope("clip_grad_norm_"):
+                    x = redistribute_local(x, mesh, src, (Replicate(),) * mesh.ndim, x.shape)
+            if is_inf:
+                x = torch.where(x[1] > 0, torch.nan, x[0])
+            local = (x if is_inf else x ** (1.0 / norm_type)).to(dtype)
+        norms.append(local)
+    total_norm = torch.linalg.vector_norm(torch.stack(norms), norm_type)
+
+    if error_if_nonfinite and torch.logical_or(total_norm.isnan(), total_norm.isinf()):
+        raise RuntimeError(  # PyTorch's message
+            f"The total norm of order {norm_type} for gradients from "
+            "`parameters` is non-finite, so it cannot be clipped. To disable "
+            "this error and scale the gradients by the non-finite norm anyway, "
+            "set `error_if_nonfinite=False`")
+    return total_norm
+
+
+# ---- the guard on PyTorch's functions -------------------------------------------------
+
+_ADVICE = {
+    "clip_grad_norm_": "Use tensorplay_edu.parallel.clip_grad_norm_ (the same arguments): it sums over the ranks "
+                       "that hold the pieces, so every rank gets the single-device norm.",
+    "get_total_norm": "For the norm of the gradients use tensorplay_edu.parallel.clip_grad_norm_(parameters, "
+                      "max_norm=float('inf')), which clips nothing and returns the norm over all ranks; for the "
+                      "norm of the parameters themselves gather them first (tensorplay_edu.parallel."
+                      "full_state_dict).",
+}
+
+
+def _refuse_sharded(name: str, tensors) -> None:
+    """Raise if a tensor of ``tensors`` is a parameter sharded over more than one rank."""
+    for t in tensors:
+        layout = param_layout(t) if isinstance(t, torch.Tensor) else None
+        if _split_dims(layout):
+            raise RuntimeError(
+                f"torch.nn.utils.{name} was given a tensor-parallel parameter sharded over several ranks (this "
+                f"rank holds a {list(t.shape)} piece of a {list(layout.shape)} parameter laid out as "
+                f"{list(layout.placements)} on {layout.mesh}). PyTorch sees only this rank's pieces, so each rank "
+                f"would get a different norm, clip by a different factor, and the replicated parameters would "
+                f"drift apart. {_ADVICE[name]} (PyTorch's unchecked function: torch.nn.utils.{name}.__wrapped__.)")
+
+
+def _checked(torch_fn, name: str):
+    """``torch_fn`` (whose first argument is a tensor or an iterable of tensors), refusing sharded parameters."""
+    first = next(iter(inspect.signature(torch_fn).parameters))
+
+    def inspected(tensors):
+        if isinstance(tensors, torch.Tensor):
+            _refuse_sharded(name, [tensors])
+            return tensors
+        was_generator = isinstance(tensors, types.GeneratorType)
+        tensors = list(tensors)  # read once here, handed on as it came (PyTorch warns about an empty generator)
+        _refuse_sharded(name, tensors)
+        return (t for t in tensors) if was_generator else tensors
+
+    @functools.wraps(torch_fn)
+    def checked(*args, **kwargs):
+        if args:
+            args = (inspected(args[0]), *args[1:])
+        elif first in kwargs:
+            kwargs[first] = inspected(kwargs[first])
+        return torch_fn(*args, **kwargs)
+
+    checked.__tensorplay_guard__ = True
+    return checked
+
+
+def install_guards() -> None:
+    """Wrap PyTorch's ``clip_grad_norm_`` and ``get_total_norm`` (idempotent; called on import)."""
+    utils = torch.nn.utils
+    wrapped: dict[int, object] = {}  # one wrapper per PyTorch function, shared by its names
+    for module, attr, name in [(_torch_clip_grad, "clip_grad_norm_", "clip_grad_norm_"),
+                               (utils, "clip_grad_norm_", "clip_grad_norm_"),
+                               (utils, "get_total_norm", "get_total_norm")]:
+        fn = getattr(module, attr, None)
+        if fn is None or getattr(fn, "__tensorplay_guard__", False):
+            continue
+        if id(fn) not in wrapped:
+            wrapped[id(fn)] = _checked(fn, name)
+        setattr(module, attr, wrapped[id(fn)])
+
+
+install_guards()

@@ -1,0 +1,230 @@
+"""Rank code for the catalogue of bad inputs (tests/test_bad_inputs.py), run on 2 ranks.
+
+Each case is a function of a fresh context that must raise; ``run_all`` calls every case on
+every rank and returns ``{name: (exception type name, message)}`` (``None`` if it did not
+raise), so the test can check type and wording case by case."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from tensorplay_edu import DTensor, Partial, Replicate, Shard, distribute_tensor, init_device_mesh
+from tensorplay_edu.models import ModelArgs, Transformer, parallelize_llama
+from tensorplay_edu.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput, RowwiseParallel,
+                                     SequenceParallel, full_state_dict, load_full_state_dict, loss_parallel,
+                                     param_layout, parallelize_module)
+
+ARGS = ModelArgs(dim=16, n_layers=1, n_heads=4, vocab_size=20, max_seq_len=16)
+
+
+def _llama(plan="full"):
+    torch.manual_seed(0)
+    return parallelize_llama(Transformer(ARGS), _mesh(), plan)
+
+
+def _mesh():
+    return init_device_mesh("cpu", (dist.get_world_size(),))
+
+
+def _trained_llama():
+    model = _llama("vanilla")
+    tokens = torch.randint(0, 20, (2, 8), generator=torch.Generator().manual_seed(1))
+    F.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten()).backward()
+    return model
+
+
+def _bad_state(key, value):
+    model = _llama()
+    state = full_state_dict(model)
+    state[key] = value(state[key])
+    return lambda: load_full_state_dict(model, state)
+
+
+def _twice(first, second, module=None):
+    module = module if module is not None else nn.Linear(4, 4)
+    parallelize_module(module, _mesh(), first)
+    return lambda: parallelize_module(module, _mesh(), second)
+
+
+def _pmi():
+    return PrepareModuleInput(input_layouts=Shard(0), desired_input_layouts=Replicate())
+
+
+def _pmo():
+    return PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(0))
+
+
+def _dt(placements=(Shard(1),)):
+    return DTensor.from_local(torch.randn(3, 4), _mesh(), list(placements))
+
+
+def _logits():
+    return DTensor.from_local(torch.randn(6, 5), _mesh(), [Shard(1)])
+
+
+def _in_loss_parallel(fn):
+    def run():
+        with loss_parallel():
+            fn()
+    return run
+
+
+# name: (what builds the failing call, the exception type, fragments its message must hold)
+CASES = {
+    # training loops (issue 8)
+    "torch clip_grad_norm_ on sharded parameters": (
+        lambda: lambda: torch.nn.utils.clip_grad_norm_(_trained_llama().parameters(), 1.0),
+        RuntimeError, ["clip_grad_norm_", "tensorplay_edu.parallel.clip_grad_norm_"]),
+    "load_full_state_dict broadcastable wrong shape": (
+        lambda: _bad_state("norm.weight", lambda v: v[:1]), ValueError, ["'norm.weight'", "[1]", "[16]"]),
+    "load_full_state_dict [V, 1] output weight": (
+        lambda: _bad_state("output.weight", lambda v: v[:, :1]), ValueError, ["'output.weight'", "[20, 1]"]),
+    "load_full_state_dict non-broadcastable shape": (
+        lambda: _bad_state("layers.0.attention.wq.weight", lambda v: v[:3, :5]), ValueError,
+        ["'layers.0.attention.wq.weight'", "[3, 5]"]),
+    "load_full_state_dict wrong dtype": (
+        lambda: _bad_state("tok_embeddings.weight", lambda v: v.double()), ValueError,
+        ["'tok_embeddings.weight'", "torch.float64", "torch.float32"]),
+    "load_full_state_dict not a tensor": (
+        lambda: _bad_state("norm.weight", lambda v: v.tolist()), ValueError, ["'norm.weight'", "list"]),
+    "load_full_state_dict missing key": (
+        lambda: (lambda m: lambda: load_full_state_dict(m, {}))(_llama()), KeyError, ["missing keys", "norm.weight"]),
+    "distribute_tensor Partial src_data_rank out of range": (
+        lambda: lambda: distribute_tensor(torch.ones(4), _mesh(), [Partial()], src_data_rank=5), ValueError,
+        ["src_data_rank=5"]),
+    "distribute_tensor Shard src_data_rank out of range": (
+        lambda: lambda: distribute_tensor(torch.ones(4), _mesh(), [Shard(0)], src_data_rank=5), ValueError,
+        ["src_data_rank=5", "None"]),
+    "distribute_tensor negative src_data_rank": (
+        lambda: lambda: distribute_tensor(torch.ones(4), _mesh(), [Replicate()], src_data_rank=-1), ValueError,
+        ["src_data_rank=-1"]),
+    "PrepareModuleInput applied twice": (
+        lambda: _twice(_pmi(), _pmi(), nn.Identity()), RuntimeError, ["PrepareModuleInput", "already"]),
+    "PrepareModuleOutput applied twice": (
+        lambda: _twice(_pmo(), _pmo(), nn.Identity()), RuntimeError, ["PrepareModuleOutput", "already"]),
+    "ColwiseParallel after RowwiseParallel": (
+        lambda: _twice(RowwiseParallel(), ColwiseParallel()), RuntimeError, ["only be called once", "RowwiseParallel"]),
+    "SequenceParallel applied twice": (
+        lambda: _twice(SequenceParallel(), SequenceParallel(), nn.LayerNorm(4)), RuntimeError, ["only be called once"]),
+    "two plan keys shard one module": (
+        lambda: lambda: parallelize_module(nn.Sequential(nn.Linear(2, 2)), _mesh(),
+                                           {"0": ColwiseParallel(), "*": RowwiseParallel()}),
+        ValueError, ["'0'", "'*'", "disjoint"]),
+    "plan key matching nothing": (
+        lambda: lambda: parallelize_module(Transformer(ARGS), _mesh(), {"layers.*.atention.wq": ColwiseParallel()}),
+        ValueError, ["layers.*.atention.wq", "layers.0.attention.wq"]),
+    "plan value not a style": (
+        lambda: lambda: parallelize_module(nn.Sequential(nn.Linear(2, 2)), _mesh(), {"0": "colwise"}),
+        TypeError, ["parallelize_plan['0']", "str"]),
+    "plan of the wrong type": (
+        lambda: lambda: parallelize_module(nn.Linear(2, 2), _mesh(), [ColwiseParallel()]), TypeError,
+        ["parallelize_plan", "list"]),
+    "style on an unsupported module": (
+        lambda: lambda: parallelize_module(nn.Sequential(nn.LayerNorm(4)), _mesh(), {"0": ColwiseParallel()}),
+        NotImplementedError, ["ColwiseParallel", "'0'", "LayerNorm"]),
+    "2-D mesh given to parallelize_module": (
+        lambda: lambda: parallelize_module(nn.Linear(2, 2), init_device_mesh("cpu", (1, dist.get_world_size())),
+                                           ColwiseParallel()), ValueError, ['device_mesh["tp"]']),
+    "DTensor ==": (lambda: lambda: _dt() == _dt(), NotImplementedError, ["__eq__", ".full_tensor()"]),
+    "DTensor !=": (lambda: lambda: _dt() != 0, NotImplementedError, ["__ne__"]),
+    "DTensor bool()": (lambda: lambda: bool(_dt()), NotImplementedError, ["__bool__"]),
+    "DTensor if": (lambda: lambda: 1 if _dt() else 0, NotImplementedError, ["__bool__"]),
+    "DTensor op": (lambda: lambda: torch.matmul(_dt(), _dt()), NotImplementedError, ["matmul", "Shard(dim=1)"]),
+    "from_local wrong shape=": (
+        lambda: lambda: DTensor.from_local(torch.randn(1, 2), _mesh(), [Shard(0)], shape=(99, 2)), ValueError,
+        ["shape=", "[99, 2]"]),
+    "from_local placements per mesh dim": (
+        lambda: lambda: _dt((Shard(0), Shard(1))), ValueError, ["one placement per mesh dimension"]),
+    "Shard dim out of range": (lambda: lambda: _dt((Shard(2),)), ValueError, ["Shard(2)", "2-D"]),
+    "Shard dim not an int": (lambda: lambda: Shard("0"), TypeError, ["Shard(dim)", "'0'"]),
+    "Partial unknown reduce_op": (lambda: lambda: Partial("prod"), ValueError, ["reduce_op='prod'"]),
+    "to_local conflicting grad_placements": (
+        lambda: (lambda d: (d.to_local(grad_placements=[Partial()]), lambda: d.to_local())[1])(
+            DTensor.from_local(torch.randn(3, requires_grad=True), _mesh(), [Replicate()])),
+        RuntimeError, ["grad_placements"]),
+    "redistribute to another mesh": (
+        lambda: lambda: _dt().redistribute(init_device_mesh("cpu", (1, dist.get_world_size())), [Replicate()] * 2),
+        NotImplementedError, ["another mesh"]),
+    "token id out of the vocabulary": (
+        lambda: lambda: _llama("vanilla")(torch.tensor([[1, 20]])), IndexError, ["'tok_embeddings'", "[0, 20)"]),
+    "loss_parallel target out of range": (
+        lambda: _in_loss_parallel(lambda: F.cross_entropy(_logits(), torch.tensor([0, 1, 2, 3, 4, 99]))),
+        IndexError, ["99"]),
+    "loss_parallel logits sharded on the batch": (
+        lambda: _in_loss_parallel(lambda: F.cross_entropy(DTensor.from_local(torch.randn(3, 5), _mesh(), [Shard(0)]),
+                                                          torch.zeros(3 * dist.get_world_size(), dtype=torch.long))),
+        ValueError, ["loss_parallel"]),
+    "loss_parallel label_smoothing > 1": (
+        lambda: _in_loss_parallel(lambda: F.cross_entropy(_logits(), torch.zeros(6, dtype=torch.long),
+                                                          label_smoothing=1.5)), ValueError, ["label_smoothing"]),
+    "loss_parallel soft targets": (
+        lambda: _in_loss_parallel(lambda: F.cross_entropy(_logits(), torch.rand(6, 5 * dist.get_world_size()))),
+        NotImplementedError, ["class-index"]),
+    "heads not divisible by the TP degree": (
+        lambda: lambda: parallelize_llama(Transformer(ModelArgs(dim=15, n_heads=5, vocab_size=20)), _mesh()),
+        ValueError, ["n_heads=5", "TP degree"]),
+    "sequence length not divisible (full plan)": (
+        lambda: lambda: _llama("full")(torch.zeros(1, 2 * dist.get_world_size() + 1, dtype=torch.long)),
+        ValueError, ["sequence length", "length 5 "]),  # 2 ranks
+    "PrepareModuleInput arity": (
+        lambda: (lambda m: lambda: m(torch.randn(2, 3)))(parallelize_module(nn.Linear(3, 3), _mesh(), PrepareModuleInput(
+            input_layouts=(Replicate(), Replicate()), desired_input_layouts=(Replicate(), Replicate())))),
+        ValueError, ["input_layouts", "got 1 inputs"]),
+    "PrepareModuleInput without desired layouts": (
+        lambda: lambda: PrepareModuleInput(input_layouts=Replicate()), AssertionError, ["desired module inputs"]),
+    "Colwise input not a tensor": (
+        lambda: (lambda m: lambda: m([1.0, 2.0]))(parallelize_module(nn.Linear(2, 2), _mesh(), ColwiseParallel())),
+        ValueError, ["torch.Tensor or DTensor", "list"]),
+    "SequenceParallel input not a tensor": (
+        lambda: (lambda m: lambda: m("x"))(parallelize_module(nn.LayerNorm(2), _mesh(), SequenceParallel())),
+        ValueError, ["torch.Tensor or DTensor"]),
+    "init_device_mesh shape against the world": (
+        lambda: lambda: init_device_mesh("cpu", (dist.get_world_size() + 1,)), ValueError, ["mesh_shape"]),
+    "mesh dimension name": (
+        lambda: lambda: init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))["dp"], KeyError,
+        ["'dp'", "('tp',)"]),
+}
+
+
+def run_all() -> dict[str, tuple[str, str] | None]:
+    torch.manual_seed(0)
+    out = {}
+    for name, (build, _, _) in CASES.items():
+        call = build()
+        try:
+            call()
+        except Exception as err:  # noqa: BLE001  (the test checks the type)
+            out[name] = (type(err).__name__, str(err))
+        else:
+            out[name] = None
+    return out
+
+
+def plan_with_a_bad_key_changes_nothing() -> tuple[list[str], int]:
+    """A plan whose last key is wrong shards nothing, and the corrected plan then applies."""
+    mesh = _mesh()
+    model = Transformer(ARGS)
+    plan = {"tok_embeddings": RowwiseParallel(input_layouts=Replicate()), "output": ColwiseParallel(),
+            "layers.0.attention.wq": ColwiseParallel(), "layers.0.atention.wk": ColwiseParallel()}
+    fails = []
+    try:
+        parallelize_module(model, mesh, plan)
+        fails.append("the bad key did not raise")
+    except ValueError:
+        pass
+    touched = [n for n, p in model.named_parameters() if param_layout(p) is not None]
+    if touched:
+        fails.append(f"a failed plan sharded {touched}")
+    plan["layers.0.attention.wk"] = plan.pop("layers.0.atention.wk")
+    parallelize_module(model, mesh, plan)
+    sharded = sorted(n for n, p in model.named_parameters() if param_layout(p) is not None)
+    if sharded != ["layers.0.attention.wk.weight", "layers.0.attention.wq.weight", "output.weight",
+                   "tok_embeddings.weight"]:
+        fails.append(f"the corrected plan sharded {sharded}")
+    copy.deepcopy(model)  # a parallelized model still deep-copies (tests and users copy models)
+    return fails, 3

@@ -1,0 +1,175 @@
+"""Rank code for ordinary training-loop habits: inference mode, dropout masks per rank or
+shared, activation checkpointing of a region with dropout.  (DDP, torch.compile and
+checkpointing of whole plans go through rank_parallel.train_compare.)"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from rank_checks import chunk
+from tensorplay_edu import DTensor, init_device_mesh
+from tensorplay_edu.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
+
+
+def _gather(x: torch.Tensor) -> list[torch.Tensor]:
+    """Every rank's tensor (same shape), for comparing ranks (test bookkeeping)."""
+    out = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, x.contiguous())
+    return out
+
+
+def inference(plan: str) -> tuple[list[str], int]:
+    """Forward only, under inference_mode and no_grad: equal to one process."""
+    from tensorplay_edu.models import ModelArgs, Transformer, parallelize_llama
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    fails, n = [], 0
+    torch.manual_seed(0)
+    ref = Transformer(ModelArgs(dim=48, n_layers=2, n_heads=12, vocab_size=50, max_seq_len=24)).double()
+    model = parallelize_llama(copy.deepcopy(ref), mesh, plan)
+    mlp_ref = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 10)).double()
+    mlp = parallelize_module(copy.deepcopy(mlp_ref), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    tokens = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(1))
+    for label, mode in (("inference_mode", torch.inference_mode), ("no_grad", torch.no_grad)):
+        with mode():  # the input made inside, as a serving loop does (an inference tensor)
+            x = torch.randn(5, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+            logits = model(tokens)
+            logits = logits.full_tensor() if isinstance(logits, DTensor) else logits
+            want = ref(tokens)
+            y, y_ref = mlp(x), mlp_ref(x)
+        for what, got, exp in ((f"{plan} logits", logits, want), ("MLP", y, y_ref)):
+            n += 1
+            if not torch.allclose(got, exp, rtol=1e-10, atol=1e-12):
+                fails.append(f"{label} {what}: differs by {(got - exp).abs().max():.2e}")
+    return fails, n
+
+
+def dropout_masks() -> tuple[list[str], int]:
+    """Sequence-parallel dropout: a mask of its own on each rank; replicated dropout: one mask."""
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    t = mesh.size()
+    fails, n = [], 0
+
+    def check(what, ok):
+        nonlocal n
+        n += 1
+        if not ok:
+            fails.append(what)
+
+    torch.manual_seed(11)  # the same default stream on every rank
+    sp = parallelize_module(nn.Dropout(0.5), mesh, SequenceParallel(use_local_output=True))
+    ones = torch.ones(2, 8, 64, dtype=torch.float64)  # [b, s/t, h]: this rank's tokens
+    masks = _gather(sp(ones) != 0)
+    kept = float(masks[0].double().mean())
+    check(f"SP dropout keeps about half: {kept:.3f}", 0.4 < kept < 0.6)
+    for r in range(1, t):
+        check(f"SP dropout: rank {r}'s mask equals rank 0's", not torch.equal(masks[r], masks[0]))
+    states = _gather(torch.get_rng_state())
+    check("the default generator stays in step on every rank", all(torch.equal(s, states[0]) for s in states))
+    # replicated region: activations after an all-reduce, a plain Dropout: the same mask everywhere
+    torch.manual_seed(12)
+    net = parallelize_module(nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 16), nn.Dropout(0.5)).double(), mesh,
+                             {"0": ColwiseParallel(), "1": RowwiseParallel()})
+    out = _gather(net(torch.randn(4, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(3))))
+    check("replicated dropout: the same output on every rank", all(torch.equal(o, out[0]) for o in out))
+    # eval mode, or no dropout inside: the default generator is not touched at all
+    before = torch.get_rng_state()
+    sp.eval()
+    check("eval: the output is the input", torch.equal(sp(ones), ones))
+    norm = parallelize_module(nn.LayerNorm(64).double(), mesh, SequenceParallel(use_local_output=True))
+    norm(ones)
+    check("eval SP dropout and SP LayerNorm draw no random numbers", torch.equal(torch.get_rng_state(), before))
+    return fails, n
+
+
+def checkpointed_dropout() -> tuple[list[str], int]:
+    """A sequence-parallel region with dropout under torch.utils.checkpoint recomputes the same
+    masks: outputs and gradients equal the run without checkpointing."""
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    t, r = mesh.size(), mesh.get_local_rank()
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.LayerNorm(16), nn.Dropout(0.3)).double()
+    block = parallelize_module(block, mesh, SequenceParallel(use_local_output=True))
+    x_full = torch.randn(2, 4 * t, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    w = chunk(torch.randn(x_full.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(5)), 1, t, r)
+    runs = []
+    for use_checkpoint in (False, True):
+        block.zero_grad()
+        x = chunk(x_full, 1, t, r).clone().requires_grad_(True)
+        torch.manual_seed(21)
+        y = checkpoint(block, x, use_reentrant=False) if use_checkpoint else block(x)
+        (y * w).sum().backward()
+        runs.append((y.detach(), x.grad, block[0].weight.grad.clone(), block[0].bias.grad.clone()))
+    fails = [f"checkpointed {what} differs" for what, a, b in zip(("output", "input grad", "weight grad", "bias grad"),
+                                                                   *runs) if not torch.equal(a, b)]
+    return fails, 4
+
+
+
+def fsdp2_over_dp(plan: str, steps: int = 3) -> tuple[list[str], int]:
+    """PyTorch's FSDP2 (fully_shard) over mesh["dp"] of a (dp, tp) mesh, on the model parallelized
+    over mesh["tp"]: losses, gradient norms, every clipped gradient, weights after AdamW steps, and
+    the state-dict round trip against one process on the whole batch."""
+    from torch.distributed.device_mesh import DeviceMesh as TorchDeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
+    from tensorplay_edu.parallel import attach_layouts, clip_grad_norm_, full_state_dict, load_full_state_dict
+    from tensorplay_edu.parallel.params import as_dtensor, param_layout
+
+    world = dist.get_world_size()
+    dp = 2
+    mesh = init_device_mesh("cpu", (dp, world // dp), mesh_dim_names=("dp", "tp"))
+    torch_dp = TorchDeviceMesh.from_group(mesh.get_group("dp"), "cpu")  # FSDP2 takes PyTorch's mesh
+    torch.manual_seed(0)
+    ref = Transformer(ModelArgs(dim=32, n_layers=2, n_heads=4, vocab_size=40, max_seq_len=16)).double()
+    model = parallelize_llama(copy.deepcopy(ref), mesh["tp"], plan)
+    for block in model.layers.values():
+        fully_shard(block, mesh=torch_dp)
+    fully_shard(model, mesh=torch_dp)
+    attach_layouts(model)  # fully_shard made new parameters: give them their tensor-parallel layouts again
+    opt, opt_ref = (torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, ref))
+    tokens = torch.randint(0, 40, (2 * dp, 8), generator=torch.Generator().manual_seed(1))
+    mine = chunk(tokens, 0, dp, mesh.get_local_rank("dp"))
+    fails, n = [], 0
+
+    def check(what, got, want):
+        nonlocal n
+        n += 1
+        if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-9, atol=1e-11):
+            fails.append(f"FSDP2 {plan}: {what}")
+
+    for step in range(steps):
+        with loss_context(plan):
+            loss = llama_loss(model(mine), mine)
+        loss.backward()
+        ref_loss = llama_loss(ref(tokens), tokens)
+        ref_loss.backward()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean, group=mesh.get_group("dp"))  # test bookkeeping
+        check(f"step {step} loss", mean / dp, ref_loss.detach())
+        check(f"step {step} gradient norm", clip_grad_norm_(model.parameters(), 0.5),
+              torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5))
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            grad = p.grad.full_tensor()  # FSDP2's gather over dp ...
+            if param_layout(p) is not None:
+                grad = as_dtensor(p, grad).full_tensor()  # ... then ours over tp
+            check(f"step {step} grad {name}", grad, q.grad)
+        for o in (opt, opt_ref):
+            o.step()
+            o.zero_grad()
+    state = full_state_dict(model)
+    for name, value in ref.state_dict().items():
+        check(f"weights {name} after {steps} steps", state[name], value)
+    load_full_state_dict(model, {k: torch.zeros_like(v) for k, v in state.items()})
+    load_full_state_dict(model, state)
+    again = full_state_dict(model)
+    n += 1
+    if any(not torch.equal(again[k], state[k]) for k in state):
+        fails.append(f"FSDP2 {plan}: full_state_dict -> load_full_state_dict round trip")
+    return fails, n

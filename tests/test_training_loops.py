@@ -1,0 +1,65 @@
+"""The parallel model inside ordinary PyTorch training code, against one process:
+DistributedDataParallel over mesh["dp"] (DP x TP), torch.compile, activation
+checkpointing, inference mode, dropout masks."""
+
+import functools
+
+import pytest
+
+import rank_loops
+import rank_parallel
+from tensorplay_edu import launch
+
+
+def _clean(results, at_least):
+    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
+    assert not fails, "\n".join(fails[:30])
+    assert min(n for _, n in results) >= at_least, [n for _, n in results]
+
+
+@pytest.mark.parametrize("plan", ["vanilla", "full"])
+@pytest.mark.parametrize("world_size,dp", [(4, 2), (2, 2), (4, 4)])
+def test_ddp_over_dp_wrapping_tp_trains_like_one_device(plan, world_size, dp):
+    """DDP on mesh["dp"] of a (dp, tp) mesh, each dp rank fed its rows of the batch; the single
+    device sees the whole batch.  Sequence-parallel norm gradients must be whole before DDP reads them."""
+    _clean(launch(functools.partial(rank_parallel.run_llama, plan, "float64", dp=dp, wrap="ddp"), world_size),
+           at_least=180)
+
+
+@pytest.mark.parametrize("plan", ["vanilla", "full"])
+def test_activation_checkpointing_per_block(plan):
+    _clean(launch(functools.partial(rank_parallel.run_llama, plan, "float64", wrap="checkpoint"), 2), at_least=180)
+
+
+@pytest.mark.parametrize("plan", ["vanilla", "full"])
+def test_torch_compile_equals_one_device(plan):
+    """torch.compile (dynamo + AOTAutograd, the aot_eager backend: where graphs are captured and
+    state that lives between calls goes stale; inductor's code generation takes minutes on 2 cores)."""
+    _clean(launch(functools.partial(rank_parallel.run_llama, plan, "float64", wrap="compile-aot",
+                                    optimizers=("adamw",)), 2, timeout=300), at_least=90)
+
+
+def test_torch_compile_of_ddp_over_dp():
+    _clean(launch(functools.partial(rank_parallel.run_llama, "full", "float64", dp=2, wrap="compile-ddp",
+                                    optimizers=("adamw",)), 4, timeout=300), at_least=90)
+
+
+@pytest.mark.parametrize("plan", ["vanilla", "full"])
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_inference_mode_and_no_grad(plan, world_size):
+    _clean(launch(rank_loops.inference, world_size, plan), at_least=4)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_dropout_masks_per_rank_in_sequence_parallel_regions_shared_elsewhere(world_size):
+    _clean(launch(rank_loops.dropout_masks, world_size), at_least=4 + world_size)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_checkpointing_recomputes_the_same_sequence_parallel_dropout_masks(world_size):
+    _clean(launch(rank_loops.checkpointed_dropout, world_size), at_least=4)
+
+
+@pytest.mark.parametrize("plan", ["vanilla", "full"])
+def test_fsdp2_over_dp_wrapping_tp_trains_like_one_device(plan):
+    _clean(launch(rank_loops.fsdp2_over_dp, 4, plan), at_least=3 * 13 + 12)
