@@ -2,7 +2,7 @@
 PY    := .venv/bin/python
 STAMP := .venv/.installed
 
-.PHONY: setup test demo bench lab notebooks clean
+.PHONY: setup test demo bench gpu-check lab notebooks clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,11 @@ demo: setup
 # Step time, collectives and memory: one process vs tensorplay_edu vs PyTorch's TP (writes benchmarks/results.md).
 bench: setup
 	$(PY) benchmarks/bench.py $(BENCH_FLAGS)
+
+# The first command on a machine with GPUs: demo, transition table, host syncs and bf16 step time on its GPUs
+# under torchrun, one PASS / FAIL / SKIP line per check (benchmarks/gpu_check.sh; no GPU: all SKIP, exit 0).
+gpu-check: setup
+	bash benchmarks/gpu_check.sh
 
 # JupyterLab on notebooks/; extra flags through LAB_FLAGS (e.g. LAB_FLAGS="--no-browser --port=8899").
 # Jupyter refuses to start as root (containers) without --allow-root, so root gets it.

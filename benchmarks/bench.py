@@ -10,7 +10,8 @@ ours / PyTorch, the collectives and bytes of one step, the bytes saved for backw
 the peak RSS per rank, and loss_parallel against gathering the logits.  The variants
 run interleaved, repeat by repeat, so a slow spell of the machine hits all of them.
 Writes benchmarks/results.md and benchmarks/results.png.  Under torchrun it runs one
-variant on GPUs: `torchrun --nproc-per-node 2 benchmarks/bench.py --torchrun --impl ours`.
+variant on GPUs: `torchrun --nproc-per-node 2 benchmarks/bench.py --torchrun --impl ours`
+(`--dtype bfloat16` there for a bf16 model; float32 otherwise).
 """
 
 from __future__ import annotations
@@ -173,11 +174,11 @@ def activation_formula(config: str, plan: str, world: int) -> int:
     return p * (6 * s * b * h + 2 * s * b + (4 * s * b * h + 4 * s * b * f + a * s * b) // t + 2 * s * hd)
 
 
-def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int) -> dict:
-    """One variant on this rank: per-step times, collectives, bytes, memory."""
+def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int, dtype: torch.dtype = torch.float32) -> dict:
+    """One variant on this rank: per-step times, collectives, bytes, memory (``dtype``: --torchrun --dtype)."""
     device = current_device()
     model, tokens, labels = build(config)
-    model, tokens, labels = model.to(device), tokens.to(device), labels.to(device)
+    model, tokens, labels = model.to(device, dtype), tokens.to(device), labels.to(device)
     loss_ctx = contextlib.nullcontext
     if impl == "ours":
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
@@ -293,13 +294,20 @@ def main(argv=None) -> int:
     parser.add_argument("--impl", choices=["ours", "torch"], default="ours")
     parser.add_argument("--plan", choices=["vanilla", "full"], default="full")
     parser.add_argument("--config", choices=sorted(CONFIGS), default="small")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
+                        help="--torchrun only: the model's dtype (default float32)")
     args = parser.parse_args(argv)
+    if args.dtype is not None and not args.torchrun:
+        parser.error("--dtype goes with --torchrun (the launched benchmark runs float32)")
     if args.torchrun:
+        dtype_name = args.dtype or "float32"
+
         def one():
-            res = rank_bench(args.config, args.plan, args.impl, 5, 2)
+            res = rank_bench(args.config, args.plan, args.impl, 5, 2, getattr(torch, dtype_name))
             if dist.get_rank() == 0:
-                print(f"{args.impl} {args.config} {args.plan} x{dist.get_world_size()}: "
-                      f"{1000 * res['median_s']:.1f} ms/step, {res['tokens_per_s']:.0f} tokens/s, {res['counts']}")
+                print(f"{args.impl} {args.config} {args.plan} {dtype_name} x{dist.get_world_size()} "
+                      f"({current_device().type}): {1000 * res['median_s']:.1f} ms/step, "
+                      f"{res['tokens_per_s']:.0f} tokens/s, {res['counts']}")
         run_from_env(one)
     start = time.perf_counter()
     table = run(args)

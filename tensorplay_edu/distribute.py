@@ -60,10 +60,18 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = Non
     it contributes: its ``torch.chunk`` piece for ``Shard``, itself for ``Replicate``
     (the ranks must hold the same data), and itself as its addend for ``Partial`` (the
     global tensor is then the sum of the ranks' tensors).
+
+    As in PyTorch, the local pieces are moved to the mesh's device (``"cuda"``: this
+    rank's current GPU).  A meta tensor stays on the meta device, with this rank's shape,
+    and nothing is communicated for it.
     """
     if not tensor.is_leaf:
         raise RuntimeError("`distribute_tensor` should be used to distribute leaf tensors! but found non-leaf tensor!")
     mesh, placements = _resolve(device_mesh, placements, tensor.ndim, "distribute_tensor")
+    if tensor.is_meta:  # a model built on the meta device: shapes only, nothing to send
+        src_data_rank = None
+    elif tensor.device.type != mesh.device_type:  # as PyTorch: the pieces live on the mesh's device
+        tensor = tensor.to(mesh.device_type)
     if src_data_rank is not None and not (isinstance(src_data_rank, int) and 0 <= src_data_rank < min(mesh.shape)):
         raise ValueError(f"distribute_tensor: src_data_rank={src_data_rank!r} is not a rank of every mesh dimension "
                          f"(mesh shape {mesh.shape}): pass a rank in 0..{min(mesh.shape) - 1}, or None to keep each "

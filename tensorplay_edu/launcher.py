@@ -156,14 +156,18 @@ def _rank_main(payload: bytes, rank: int, world_size: int, store_path: str, back
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     torch.set_num_threads(threads)
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world_size))
     try:
         fn, args = cloudpickle.loads(payload)
         wait = timedelta(seconds=timeout)
         store = dist.FileStore(store_path, world_size)
-        if backend == "nccl":
-            torch.cuda.set_device(rank)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=wait)
+        extra = {}
+        if backend == "nccl":  # the first CUDA call of this process: the forkserver never touched CUDA
+            extra["device_id"] = torch.device("cuda", rank)
+            torch.cuda.set_device(extra["device_id"])
+            backend = "cpu:gloo,cuda:nccl"  # CPU meshes keep working beside the GPU ones
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=wait, **extra)
         result = fn(*args)
         try:
             blob = cloudpickle.dumps(_plain(result))
@@ -185,7 +189,8 @@ def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float
     Args:
         fn: any function, including one defined in a notebook cell or a lambda.
         world_size: number of ranks (processes).
-        backend: ``"gloo"`` (CPU) or ``"nccl"`` (one GPU per rank, ``cuda:rank``).
+        backend: ``"gloo"`` (CPU) or ``"nccl"`` (one GPU per rank, ``cuda:rank``; the group then
+            has gloo for CPU tensors too: ``"cpu:gloo,cuda:nccl"``).
         timeout: seconds a collective may wait before it fails (at most 60 by default).
         threads: intra-op threads per rank.
         start_method: ``"forkserver"`` (default), ``"spawn"`` or ``"fork"``.

@@ -16,6 +16,8 @@ import os
 import torch
 import torch.distributed as dist
 
+from .torchrun import backends, init_from_env
+
 __all__ = ["DeviceMesh", "init_device_mesh", "get_current_mesh"]
 
 _MESH_STACK: list["DeviceMesh"] = []
@@ -31,11 +33,9 @@ def _ensure_default_group(device_type: str, world_size: int) -> None:
     if dist.is_initialized():
         return
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        from .torchrun import init_from_env
-
         init_from_env()
     elif world_size == 1:  # a one-rank mesh in a plain notebook or script
-        backend = "nccl" if device_type == "cuda" else "gloo"
+        backend = "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     else:
         raise RuntimeError(
@@ -43,6 +43,18 @@ def _ensure_default_group(device_type: str, world_size: int) -> None:
             "tensorplay_edu.launch(fn, world_size) or `torchrun --nproc-per-node N`, "
             "then build the mesh inside each rank"
         )
+
+
+def _check_backend(device_type: str) -> None:
+    """The default group must move ``device_type`` tensors: a CPU mesh on an NCCL-only group
+    would fail at its first collective ("No backend type associated with device type cpu")."""
+    have = backends()
+    if device_type not in have:
+        raise RuntimeError(
+            f"DeviceMesh('{device_type}'): the default process group has no backend for {device_type} tensors "
+            f"(it has {dist.get_backend_config()}). Start it with backend='cpu:gloo,cuda:nccl' (one group for both, "
+            "as tensorplay_edu.torchrun.init_from_env does), or build the mesh on a device type it has: "
+            f"{sorted(have)}")
 
 
 def _default_group_timeout():
@@ -64,7 +76,8 @@ class DeviceMesh:
     """An n-D grid of global ranks with one process group per dimension.
 
     Args:
-        device_type: ``"cpu"`` (gloo) or ``"cuda"`` (NCCL).
+        device_type: ``"cpu"`` or ``"cuda"``: the tensors it lays out live there, and the default
+            group must have a backend for them (``"cpu:gloo,cuda:nccl"`` has both).
         mesh: the grid of global ranks, e.g. ``torch.arange(4).view(2, 2)``.
         mesh_dim_names: optional names, one per dimension, for ``mesh["tp"]``.
     """
@@ -87,6 +100,7 @@ class DeviceMesh:
             self._coordinate = self._find_coordinate()
             return
         _ensure_default_group(device_type, self.mesh.numel())
+        _check_backend(device_type)
         world = dist.get_world_size()
         ranks = sorted(self.mesh.flatten().tolist())
         if len(set(ranks)) != len(ranks) or ranks[0] < 0 or ranks[-1] >= world:
@@ -168,16 +182,16 @@ class DeviceMesh:
     def __deepcopy__(self, memo):
         return self  # a mesh names process groups of this process: a copied model shares them
 
+    def _key(self) -> tuple:
+        """What makes two meshes the same, in plain Python (compared in every redistribute:
+        no tensor op, so nothing a dispatch mode or a host-sync check would see)."""
+        return self.device_type, self.shape, tuple(self.mesh.flatten().tolist()), self.mesh_dim_names
+
     def __eq__(self, other):
-        return (
-            isinstance(other, DeviceMesh)
-            and self.device_type == other.device_type
-            and torch.equal(self.mesh, other.mesh)
-            and self.mesh_dim_names == other.mesh_dim_names
-        )
+        return other is self or (isinstance(other, DeviceMesh) and self._key() == other._key())
 
     def __hash__(self):
-        return hash((self.device_type, tuple(self.mesh.flatten().tolist()), self.shape, self.mesh_dim_names))
+        return hash(self._key())
 
     def __repr__(self):
         names = f", mesh_dim_names={self.mesh_dim_names}" if self.mesh_dim_names else ""

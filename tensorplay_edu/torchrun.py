@@ -6,6 +6,18 @@
 function, and ends the rank the way :func:`tensorplay_edu.launch` ends its ranks
 (:func:`finish`): barrier, ``destroy_process_group``, flush, ``os._exit``, which avoids
 gloo's abort at interpreter exit (pytorch/pytorch#190489).
+
+Which backend (:func:`choose_backend`):
+
+* one GPU for every local rank: ``"cpu:gloo,cuda:nccl"``, one default group with a backend
+  for each kind of tensor, as PyTorch starts it: NCCL moves CUDA tensors, gloo CPU ones,
+  so a CPU mesh (``init_device_mesh("cpu", ...)``) works on a GPU node too;
+* fewer GPUs than local ranks (two ranks on a one-GPU laptop): gloo for everything, with
+  a warning, or an error if NCCL was asked for;
+* no GPU: gloo.
+
+The timeout is PyTorch's 10 minutes (a rank loading a checkpoint while the others wait
+in a collective must not be killed), and NCCL is told its device (``device_id``) up front.
 """
 
 from __future__ import annotations
@@ -13,17 +25,46 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+import warnings
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["current_device", "init_from_env", "run_from_env", "finish"]
+__all__ = ["choose_backend", "backends", "current_device", "init_from_env", "run_from_env", "finish"]
+
+
+def choose_backend(gpus: int, local_ranks: int, requested: str | None = None) -> str:
+    """The default group's backend for ``local_ranks`` ranks on a node with ``gpus`` GPUs.
+
+    ``requested``: None (choose), ``"nccl"`` (error unless every local rank has a GPU) or ``"gloo"``.
+    """
+    if requested not in (None, "nccl", "gloo"):
+        raise ValueError(f"backend must be None, 'nccl' or 'gloo', got {requested!r}")
+    enough = gpus >= local_ranks > 0
+    if requested == "nccl" and not enough:
+        raise RuntimeError(f"backend='nccl' needs one GPU per local rank: {local_ranks} local ranks, {gpus} GPU(s) "
+                           "visible. Start fewer ranks per node (torchrun --nproc-per-node), or use gloo")
+    if requested == "gloo" or not enough:
+        if requested is None and gpus:
+            warnings.warn(f"{local_ranks} local ranks but {gpus} GPU(s): NCCL needs one GPU per rank, so the ranks "
+                          "use gloo on the CPU", stacklevel=3)
+        return "gloo"
+    return "cpu:gloo,cuda:nccl"
+
+
+def backends() -> dict[str, str]:
+    """The default group's backend per device type, e.g. ``{"cpu": "gloo", "cuda": "nccl"}``."""
+    if not dist.is_initialized():
+        return {}
+    config = dist.get_backend_config()  # "cpu:gloo,cuda:nccl"; "cpu:gloo,cuda:gloo" for plain gloo
+    return dict(part.split(":") for part in config.split(",") if ":" in part)
 
 
 def current_device() -> torch.device:
-    """The device this rank computes on: ``cuda:LOCAL_RANK`` under NCCL, else the CPU."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
+    """The device this rank computes on: its GPU when the default group moves CUDA tensors
+    with NCCL, else the CPU."""
+    if backends().get("cuda") == "nccl" and torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
@@ -41,29 +82,38 @@ def finish(code: int) -> None:
     os._exit(code)
 
 
-def init_from_env(timeout: float = 60.0) -> torch.device:
-    """Start the default group from torchrun's RANK / WORLD_SIZE / LOCAL_RANK / MASTER_*.
-
-    NCCL on ``cuda:LOCAL_RANK`` when CUDA is there, gloo on the CPU otherwise.
-    """
+def init_from_env(timeout: float = 600.0, backend: str | None = None) -> torch.device:
+    """Start the default group from torchrun's RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE /
+    MASTER_*, with the backend of :func:`choose_backend`; returns :func:`current_device`."""
     if not dist.is_initialized():
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        if torch.cuda.is_available():
-            torch.cuda.set_device(local_rank)
-            backend = "nccl"
-        else:
-            backend = "gloo"
-        dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        config = choose_backend(gpus, local_ranks, backend)
+        extra = {}
+        if "nccl" in config:
+            extra["device_id"] = torch.device("cuda", local_rank)  # NCCL knows its device from the start
+            torch.cuda.set_device(extra["device_id"])
+        dist.init_process_group(config, timeout=timedelta(seconds=timeout), **extra)
     return current_device()
 
 
-def run_from_env(fn, *args, timeout: float = 60.0) -> None:
-    """Under ``torchrun --nproc-per-node N``: start the group, run ``fn(*args)``, end cleanly."""
-    init_from_env(timeout)
+def exit_code(stop: SystemExit) -> int:
+    """What the shell would see for ``sys.exit(code)``: None is 0, an int itself, anything else 1."""
+    if stop.code is None or isinstance(stop.code, int):
+        return stop.code or 0
+    print(stop.code, file=sys.stderr)  # sys.exit("message") prints the message
+    return 1
+
+
+def run_from_env(fn, *args, timeout: float = 600.0, backend: str | None = None) -> None:
+    """Under ``torchrun --nproc-per-node N``: start the group, run ``fn(*args)``, end cleanly
+    with ``fn``'s exit code (``sys.exit(n)`` in ``fn`` ends the rank with ``n``)."""
+    init_from_env(timeout, backend)
     try:
         fn(*args)
     except SystemExit as stop:
-        finish(stop.code if isinstance(stop.code, int) else 1)
+        finish(exit_code(stop))
     except BaseException:
         traceback.print_exc()
         finish(1)

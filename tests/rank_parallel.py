@@ -44,7 +44,7 @@ def _close(a, b, dtype) -> bool:
 
 def train_compare(label, build, parallelize, make_input, *, in_layout=Replicate(), out_layout=Replicate(),
                   loss_of=None, steps=3, optimizers=("sgd", "adamw"), dtype=torch.float64, input_grad=True,
-                  seed=0, dp=1, wrap=None) -> tuple[list[str], int]:
+                  seed=0, dp=1, wrap=None, build_parallel=None) -> tuple[list[str], int]:
     """Run ``steps`` training steps of the single-device model and of the parallelized
     one; ``in_layout`` says which piece of the input each rank is given, ``out_layout``
     what a plain output holds (a DTensor output is gathered).
@@ -53,6 +53,8 @@ def train_compare(label, build, parallelize, make_input, *, in_layout=Replicate(
     rank gets its ``torch.chunk`` of the batch (dim 0), while the single-device model sees
     the whole batch.  ``wrap(model, mesh)`` returns what is called instead of the model
     (DistributedDataParallel, torch.compile, ...): gradients are read from the model.
+    ``build_parallel(ref, mesh)`` makes the parallel model another way than
+    ``parallelize(deepcopy(ref), mesh)`` (the meta-device recipe, say).
     """
     world = dist.get_world_size()
     mesh = init_device_mesh("cpu", (dp, world // dp), mesh_dim_names=("dp", "tp")) if dp > 1 else \
@@ -73,8 +75,11 @@ def train_compare(label, build, parallelize, make_input, *, in_layout=Replicate(
     for opt_name in optimizers:
         torch.manual_seed(seed)
         ref = build().to(dtype)
-        model = copy.deepcopy(ref)
-        parallelize(model, tp_mesh)
+        if build_parallel is None:
+            model = copy.deepcopy(ref)
+            parallelize(model, tp_mesh)
+        else:
+            model = build_parallel(ref, tp_mesh)
         runner = wrap(model, mesh) if wrap is not None else model
         make_opt = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.1),
                     "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1)}[opt_name]
@@ -243,13 +248,20 @@ WRAPS = {
 }
 
 
-def run_llama_with(apply, dtype_name: str = "float64") -> tuple[list[str], int]:
-    """The Llama trained under any ``apply(model, mesh)`` (the seed's apply_tp) against one process."""
-    from tensorplay_edu.models import ModelArgs, Transformer, llama_loss
+def run_llama_with(apply, dtype_name: str = "float64", *, build_parallel=None, loss_plan: str = "vanilla",
+                   label: str = "apply_tp") -> tuple[list[str], int]:
+    """The Llama made parallel by ``apply(model, mesh)`` (torchtitan's apply_tp), or by
+    ``build_parallel(ref, mesh)``, trained against one process."""
+    from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context
 
     args = ModelArgs(dim=48, n_layers=2, n_heads=12, vocab_size=50, max_seq_len=24)
     labels = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(5))
-    return train_compare("seed apply_tp", lambda: Transformer(args), apply,
+
+    def loss_of(logits):
+        with loss_context(loss_plan if isinstance(logits, DTensor) else "vanilla"):
+            return llama_loss(logits, labels)
+
+    return train_compare(label, lambda: Transformer(args), apply,
                          lambda g, dt: torch.randint(0, 50, (2, 12), generator=g),
-                         loss_of=lambda logits: llama_loss(logits, labels), dtype=getattr(torch, dtype_name),
-                         input_grad=False)
+                         loss_of=loss_of, dtype=getattr(torch, dtype_name), input_grad=False,
+                         build_parallel=build_parallel)

@@ -337,3 +337,26 @@ def test_demo_under_torchrun_and_launch():
         run = subprocess.run([sys.executable, "-m", "tensorplay_edu.demo", *flags], cwd=ROOT, capture_output=True,
                              text=True, timeout=240)
         assert run.returncode == 0 and ok in run.stdout, run.stdout + run.stderr
+
+
+def _cpu_and_cuda_meshes():
+    import tensorplay_edu as tp
+    from tensorplay_edu.torchrun import current_device
+
+    out = {"device": current_device().type}
+    for device in ("cpu", "cuda"):
+        mesh = tp.init_device_mesh(device, (dist.get_world_size(),))
+        x = torch.arange(4.0, device=device).view(2, 2)
+        out[device] = tp.distribute_tensor(x, mesh, [tp.Shard(0)]).full_tensor().cpu().tolist()
+    return out
+
+
+def test_nccl_launch_serves_cpu_and_cuda_meshes():
+    """On a machine with 2 GPUs: one group with gloo for CPU tensors and NCCL for CUDA ones.
+    Elsewhere (CI, laptops): the clear error, naming how many CUDA devices were found."""
+    if torch.cuda.device_count() >= 2:
+        for result in launch(_cpu_and_cuda_meshes, 2, backend="nccl"):
+            assert result == {"device": "cuda", "cpu": [[0.0, 1.0], [2.0, 3.0]], "cuda": [[0.0, 1.0], [2.0, 3.0]]}
+    else:
+        with pytest.raises(RuntimeError, match=f"needs 2 CUDA devices, found {torch.cuda.device_count()}"):
+            launch(_cpu_and_cuda_meshes, 2, backend="nccl")

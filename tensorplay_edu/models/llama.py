@@ -129,6 +129,23 @@ class Transformer(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
+    @torch.no_grad()
+    def init_weights(self, buffer_device: torch.device | None = None) -> None:
+        """(Re)initialise after ``to_empty``, as torchtitan's models do: the rotary tables (not
+        in the state dict), norm weights to one, Linear / Embedding by their default init.
+
+        On a parallelized model each rank initialises its own pieces, so the values are a
+        valid init but not the single-device model's: load its state dict for that
+        (``load_full_state_dict``)."""
+        device = buffer_device or self.norm.weight.device
+        cos, sin = rope_tables(self.args.dim // self.args.n_heads, self.args.max_seq_len, self.args.rope_theta)
+        self.rope_cos, self.rope_sin = cos.to(device), sin.to(device)
+        for module in self.modules():
+            if isinstance(module, RMSNorm):
+                module.weight.fill_(1.0)
+            elif isinstance(module, (nn.Linear, nn.Embedding)):
+                module.reset_parameters()
+
     def forward(self, tokens: torch.Tensor):
         h = self.tok_embeddings(tokens)  # [b, s, dim] (full plan: [b, s/t, dim])
         rope = (self.rope_cos, self.rope_sin)

@@ -212,9 +212,9 @@ def _loss(x: DTensor, target, weight, ignore_index, reduction, eps, lse=None, so
     rows, _ = _rows(x, dim)
     mesh, classes = x.device_mesh, x.shape[dim]
     flat, local_shape, global_shape = _target(target, x, mesh, placements, dim, rows.shape[0])
-    bad = (flat != ignore_index) & ((flat < 0) | (flat >= classes))
-    if bad.any():
-        raise IndexError(f"loss_parallel(): target {int(flat[bad][0])} is out of bounds for {classes} classes")
+    bad = (flat != ignore_index) & ((flat < 0) | (flat >= classes))  # checked where it lives: no host sync
+    torch._assert_async(~bad.any(), f"loss_parallel(): a target is out of bounds for {classes} classes "
+                                    f"(other than ignore_index={ignore_index})")
     if isinstance(weight, DTensor):
         weight = weight.full_tensor()
     if weight is not None and weight.shape != (classes,):

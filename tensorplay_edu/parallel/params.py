@@ -25,7 +25,7 @@ from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Placement, Replicate
 
-__all__ = ["ParamLayout", "param_layout", "attach_layouts", "as_dtensor", "distribute_param", "full_state_dict",
+__all__ = ["ParamLayout", "param_layout", "attach_layouts", "buffers_to_mesh", "as_dtensor", "distribute_param", "full_state_dict",
            "load_full_state_dict"]
 
 
@@ -55,6 +55,13 @@ def distribute_param(module: nn.Module, name: str, placement: Placement, mesh: D
     return param
 
 
+def buffers_to_mesh(module: nn.Module, mesh: DeviceMesh) -> None:
+    """Move ``module``'s own buffers to the mesh's device (parameters move in distribute_tensor)."""
+    for name, buffer in list(module.named_buffers(recurse=False)):
+        if buffer is not None and not buffer.is_meta and buffer.device.type != mesh.device_type:
+            module._buffers[name] = buffer.to(mesh.device_type)
+
+
 def attach_layouts(model: nn.Module) -> nn.Module:
     """Give every parallelized parameter of ``model`` its ``tp_layout`` again, from its module.
 
@@ -63,11 +70,17 @@ def attach_layouts(model: nn.Module) -> nn.Module:
     ``param_layout``, ``clip_grad_norm_`` and the guard on PyTorch's clipping see them.
     """
     for module in model.modules():
-        for name, layout in getattr(module, "_tp_layouts", {}).items():
-            param = module._parameters.get(name)
-            if param is not None:
-                param.tp_layout = layout
+        attach_own_layouts(module)
     return model
+
+
+def attach_own_layouts(module: nn.Module) -> None:
+    """:func:`attach_layouts` for ``module``'s own parameters (the styles call it in every forward:
+    after ``to_empty`` or ``load_state_dict(assign=True)`` the layouts are back by the first step)."""
+    for name, layout in getattr(module, "_tp_layouts", {}).items():
+        param = module._parameters.get(name)
+        if param is not None and getattr(param, "tp_layout", None) is not layout:
+            param.tp_layout = layout
 
 
 def _unwrap(value: torch.Tensor) -> torch.Tensor:

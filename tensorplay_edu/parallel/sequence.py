@@ -26,7 +26,7 @@ from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Replicate, Shard
 from .grad_sync import partial_gradient
-from .params import distribute_param
+from .params import attach_own_layouts, buffers_to_mesh, distribute_param
 from .rng import per_rank_rng
 from .style import ParallelStyle, claim, fqn, to_layout
 
@@ -48,6 +48,7 @@ class SequenceParallel(ParallelStyle):
         for sub in module.modules():
             for name, _ in list(sub.named_parameters(recurse=False)):
                 distribute_param(sub, name, Replicate(), device_mesh, self.src_data_rank)
+            buffers_to_mesh(sub, device_mesh)
         _partial_gradients(module, device_mesh)
         dropouts = [m for m in module.modules() if isinstance(m, nn.modules.dropout._DropoutNd)]
         if dropouts:  # its own mask on each rank: run the forward on a per-rank stream
@@ -57,7 +58,7 @@ class SequenceParallel(ParallelStyle):
         return module
 
     def _prepare_input(self, module, inputs, mesh):
-        _partial_gradients(module, mesh)  # no-op unless a parameter was replaced since
+        _partial_gradients(module, mesh)  # no-op unless a parameter was replaced since (to_empty, FSDP2)
         x, rest = inputs[0], inputs[1:]
         if isinstance(x, DTensor):
             with module_scope(fqn(module)):
@@ -80,6 +81,7 @@ class SequenceParallel(ParallelStyle):
 def _partial_gradients(module: nn.Module, mesh: DeviceMesh) -> None:
     """Every parameter's gradient is a partial sum over the TP group: reduce it as it arrives."""
     for sub in module.modules():
+        attach_own_layouts(sub)
         for name, param in sub.named_parameters(recurse=False):
             partial_gradient(param, mesh, f"{fqn(sub)}.{name}")
 

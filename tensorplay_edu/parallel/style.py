@@ -28,7 +28,7 @@ from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Partial, Placement, Replicate, Shard, chunk_offset, chunk_sizes
 from .grad_sync import partial_gradient
-from .params import distribute_param
+from .params import attach_own_layouts, buffers_to_mesh, distribute_param
 
 __all__ = ["ParallelStyle", "ColwiseParallel", "RowwiseParallel"]
 
@@ -124,6 +124,7 @@ class _LinearOrEmbedding(ParallelStyle):
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         claim(self, module)
         self._shard(module, device_mesh)
+        buffers_to_mesh(module, device_mesh)
         module.register_forward_pre_hook(lambda mod, inputs: self._prepare_input(mod, inputs, device_mesh))
         module.register_forward_hook(lambda mod, inputs, out: self._prepare_output(mod, out, device_mesh))
         return module
@@ -151,6 +152,7 @@ class ColwiseParallel(_LinearOrEmbedding):
             distribute_param(module, name, Shard(dim), mesh, self.src_data_rank)
 
     def _prepare_input(self, module, inputs, mesh):
+        attach_own_layouts(module)  # no-op unless the parameters were replaced (to_empty, assign=True)
         with module_scope(fqn(module)):
             x = to_layout(input_as_dtensor(inputs[0], mesh, self.input_layouts[0]), Replicate())  # [.., in]
         # x @ W_local^T: each rank's input gradient is an addend (Partial), so reading x is Megatron's f.
@@ -194,6 +196,7 @@ class RowwiseParallel(_LinearOrEmbedding):
         return Shard(-1) if isinstance(module, nn.Linear) else Replicate()
 
     def _prepare_input(self, module, inputs, mesh):
+        attach_own_layouts(module)  # no-op unless the parameters were replaced (to_empty, assign=True)
         with module_scope(fqn(module)):
             x = to_layout(input_as_dtensor(inputs[0], mesh, self.input_layouts[0], self._input_shape(module, inputs[0], mesh)),
                           self.desired_input_layout(module))
@@ -237,8 +240,8 @@ def _vocab_parallel_embedding(self: nn.Embedding, ids: torch.Tensor) -> torch.Te
     """
     layout = self._tp_layouts["weight"]
     vocab, t, r = layout.shape[0], layout.mesh.size(), layout.mesh.get_local_rank()
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
-        raise IndexError(f"'{fqn(self)}': token id out of range [0, {vocab}) (min {int(ids.min())}, max {int(ids.max())})")
+    # checked where the ids live, without a host sync (on a GPU a device-side assert; PyTorch checks nothing)
+    torch._assert_async(((ids >= 0) & (ids < vocab)).all(), f"'{fqn(self)}': a token id is out of range [0, {vocab})")
     start, rows = chunk_offset(vocab, t, r), chunk_sizes(vocab, t)[r]
     outside = (ids < start) | (ids >= start + rows)
     local_ids = (ids - start).masked_fill(outside, 0)

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# `make gpu-check`: the first command to run on a machine with GPUs.
+#
+# N = the GPUs torch sees (torch.cuda.device_count(); nvidia-smi only to notice a CPU build
+# of torch on a GPU machine). The checks run on R ranks, one per GPU, R = the largest of
+# 8, 4, 2, 1 not above N (the small Llamas have 8 heads, and the full plan splits their
+# sequence over the ranks). Each check prints ONE verdict line, "PASS ...", "FAIL ..." or
+# "SKIP ... (why)":
+#   a1. the demo under torchrun, full plan, float64, 10 steps: "check against the single-device model: OK"
+#   a2. the same with --plan vanilla
+#   a3. the same with --dp 2 (PyTorch's DDP over two TP groups), when R >= 4
+#   b.  the transition table under torchrun (-m tensorplay_edu.demo --transitions)
+#   c.  no host synchronisation in a training step of either plan: benchmarks/gpu_sync_check.py
+#       (torch.cuda.set_sync_debug_mode, and a TorchDispatchMode counting .item() and friends)
+#   d.  bf16 step time of the full plan, ours against PyTorch's own TP:
+#       benchmarks/bench.py --torchrun --dtype bfloat16, --impl ours then --impl torch
+# The exit status is 1 if any check FAILs, else 0. Every check has its own timeout
+# (GPU_CHECK_TIMEOUT, default 600 s) and the script goes on after a failure; a FAIL line
+# names its log and the log's last lines follow it, indented. Logs: GPU_CHECK_LOGS
+# (default a fresh folder under /tmp).
+#
+# No CUDA device visible (a laptop, CI): every check prints "SKIP ... (no CUDA device
+# visible)" and the exit status is 0.
+#
+# Knobs: GPU_CHECK_RANKS=2 runs the checks on 2 CPU ranks (gloo) where no CUDA device is
+# visible, a dry run of this script itself (minutes on 2 cores); BENCH_CONFIG (default
+# medium) is bench.py's --config for d; VENV (default .venv) holds python and torchrun.
+
+set -u
+cd "$(dirname "$0")/.." || exit 2
+VENV=${VENV:-.venv}
+PY=$VENV/bin/python
+TORCHRUN=$VENV/bin/torchrun
+TIMEOUT=${GPU_CHECK_TIMEOUT:-600}
+BENCH_CONFIG=${BENCH_CONFIG:-medium}
+FAILED=0
+
+# Each check: an id and what it checks (the verdict line's words).
+IDS=(a1 a2 a3 b c d)
+declare -A WHAT=(
+  [a1]="a1. demo, full plan, float64, under torchrun"
+  [a2]="a2. demo, vanilla plan, float64, under torchrun"
+  [a3]="a3. demo, DP x TP (--dp 2), under torchrun"
+  [b]="b. transition table (demo --transitions) under torchrun"
+  [c]="c. host syncs in a training step (gpu_sync_check.py)"
+  [d]="d. bf16 step time, full plan, ours vs PyTorch's TP (bench.py --torchrun)"
+)
+
+skip_all() {  # every check: SKIP (why)
+  for id in "${IDS[@]}"; do echo "SKIP ${WHAT[$id]} ($1)"; done
+}
+
+fail() {  # id, why, log: the verdict, then the log's last lines
+  echo "FAIL ${WHAT[$1]}: $2 (log: $3)"
+  grep -v -e '^W[0-9]' -e '^\*\*\*' -e 'OMP_NUM_THREADS' "$3" 2>/dev/null | tail -n 12 | sed 's/^/    | /'
+  FAILED=1
+}
+
+# run_check ID WANT COMMAND...: PASS when COMMAND exits 0 within the timeout and its output has the line WANT.
+run_check() {
+  local id=$1 want=$2 log="$LOGS/$1.log" start=$SECONDS rc
+  shift 2
+  timeout -k 30 "$TIMEOUT" "$@" >"$log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    fail "$id" "timed out after $TIMEOUT s" "$log"
+  elif [ "$rc" -ne 0 ]; then
+    fail "$id" "exit status $rc" "$log"
+  elif ! grep -qF -- "$want" "$log"; then
+    fail "$id" "exit status 0 but no line \"$want\"" "$log"
+  else
+    echo "PASS ${WHAT[$id]} on $R rank(s): $want ($((SECONDS - start)) s)"
+  fi
+}
+
+# What torch sees: GPU count, torch version, CUDA version.
+PROBE_PY='import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0, torch.__version__, torch.version.cuda)'
+if ! PROBE=$("$PY" -c "$PROBE_PY" 2>/dev/null); then
+  echo "FAIL setup: $PY cannot import torch (run make setup)"
+  skip_all "torch did not import"
+  exit 1
+fi
+read -r N TORCH_VERSION CUDA_VERSION <<<"$PROBE"
+
+if [ "$N" -eq 0 ]; then
+  SMI=0
+  if [ -z "${CUDA_VISIBLE_DEVICES+set}" ] && command -v nvidia-smi >/dev/null 2>&1; then
+    SMI=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  fi
+  if [ "$SMI" -gt 0 ]; then  # GPUs on the machine, none for torch: a CPU build, or a driver problem
+    echo "FAIL setup: nvidia-smi lists $SMI GPU(s) but torch $TORCH_VERSION (CUDA $CUDA_VERSION) sees none:" \
+      "install a CUDA build of torch into $VENV"
+    skip_all "no CUDA device visible to torch"
+    exit 1
+  fi
+  if [ -z "${GPU_CHECK_RANKS:-}" ]; then
+    skip_all "no CUDA device visible"
+    exit 0
+  fi
+  R=$GPU_CHECK_RANKS
+  echo "gpu_check: dry run on $R CPU rank(s) (gloo): no CUDA device visible; torch $TORCH_VERSION"
+else
+  R=1
+  for r in 8 4 2; do if [ "$N" -ge "$r" ]; then R=$r; break; fi; done
+  NAMES=$("$PY" -c 'import torch; print(", ".join(sorted({torch.cuda.get_device_name(i)
+                                                  for i in range(torch.cuda.device_count())})))' 2>/dev/null)
+  echo "gpu_check: $N GPU(s) ($NAMES), torch $TORCH_VERSION, CUDA $CUDA_VERSION; checks on $R rank(s)"
+fi
+
+LOGS=${GPU_CHECK_LOGS:-$(mktemp -d /tmp/gpu_check.XXXXXX)}
+mkdir -p "$LOGS"
+echo "gpu_check: logs in $LOGS"
+TR=("$TORCHRUN" --standalone --nproc-per-node "$R")
+OK="check against the single-device model: OK"
+
+run_check a1 "$OK" "${TR[@]}" -m tensorplay_edu.demo --steps 10
+run_check a2 "$OK" "${TR[@]}" -m tensorplay_edu.demo --steps 10 --plan vanilla
+if [ "$R" -ge 4 ]; then
+  run_check a3 "$OK" "${TR[@]}" -m tensorplay_edu.demo --steps 10 --dp 2
+else
+  echo "SKIP ${WHAT[a3]} (needs 4 ranks or more, 2 x 2; $R here)"
+fi
+run_check b "check against single-process math: OK" "${TR[@]}" -m tensorplay_edu.demo --transitions
+
+# c: the script's own verdict is its last "PASS host syncs:" / "FAIL host syncs:" line.
+log="$LOGS/c.log"
+start=$SECONDS
+timeout -k 30 "$TIMEOUT" "${TR[@]}" benchmarks/gpu_sync_check.py >"$log" 2>&1
+rc=$?
+verdict=$(grep -E '^(PASS|FAIL) host syncs:' "$log" | tail -n 1)
+if [ "$rc" -eq 0 ] && [ "${verdict:0:4}" = "PASS" ]; then
+  echo "PASS ${WHAT[c]} on $R rank(s): ${verdict#PASS host syncs: } ($((SECONDS - start)) s)"
+elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+  fail c "timed out after $TIMEOUT s" "$log"
+else
+  fail c "exit status $rc: ${verdict:-no verdict line}" "$log"
+fi
+
+# d: ms/step of each implementation, and the ratio (a measurement: no threshold).
+declare -A MS
+d_ok=1
+for impl in ours torch; do
+  log="$LOGS/d-$impl.log"
+  timeout -k 30 "$TIMEOUT" "${TR[@]}" benchmarks/bench.py --torchrun --impl "$impl" --plan full \
+    --config "$BENCH_CONFIG" --dtype bfloat16 >"$log" 2>&1
+  rc=$?
+  MS[$impl]=$(grep -oE '[0-9]+(\.[0-9]+)? ms/step' "$log" | tail -n 1 | cut -d' ' -f1)
+  if [ "$rc" -ne 0 ] || [ -z "${MS[$impl]}" ]; then
+    why="exit status $rc"
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then why="timed out after $TIMEOUT s"; fi
+    if [ "$rc" -eq 0 ]; then why="exit status 0 but no ms/step line"; fi
+    fail d "--impl $impl: $why" "$log"
+    d_ok=0
+    break
+  fi
+done
+if [ "$d_ok" -eq 1 ]; then
+  ratio=$(awk -v a="${MS[ours]}" -v b="${MS[torch]}" 'BEGIN { printf "%.2f", a / b }')
+  echo "PASS ${WHAT[d]} on $R rank(s), $BENCH_CONFIG config:" \
+    "ours ${MS[ours]} ms/step, PyTorch ${MS[torch]} ms/step, ours/PyTorch $ratio"
+fi
+
+exit "$FAILED"
