@@ -9,9 +9,14 @@ backward, AdamW; the slowest rank of each step, median over steps and repeats), 
 ours / PyTorch, the collectives and bytes of one step, the bytes saved for backward and
 the peak RSS per rank, and loss_parallel against gathering the logits.  The variants
 run interleaved, repeat by repeat, so a slow spell of the machine hits all of them.
+Float8 rows: for each (config, plan, ranks) also "ours float8" (the float32 model converted
+by ``convert_to_float8_training``, output layer excluded, and ``parallelize_llama(...,
+float8=True)``; matmuls through ``torch._scaled_mm``, on the CPU here) against ours in float32
+and the same float8 model on one process (PyTorch's float8 TP needs torchao: not compared).
 Writes benchmarks/results.md and benchmarks/results.png.  Under torchrun it runs one
 variant on GPUs: `torchrun --nproc-per-node 2 benchmarks/bench.py --torchrun --impl ours`
-(`--dtype bfloat16` there for a bf16 model; float32 otherwise).
+(`--dtype bfloat16` there for a bf16 model; float32 otherwise; `--float8` for ours with the
+float8 model and styles, bf16 being the realistic GPU setting).
 """
 
 from __future__ import annotations
@@ -38,11 +43,15 @@ CONFIGS = {
 }
 
 
-def build(config: str) -> tuple[Transformer, torch.Tensor, torch.Tensor]:
+def build(config: str, float8: bool = False) -> tuple[Transformer, torch.Tensor, torch.Tensor]:
+    """The model and one batch; ``float8``: the Linears converted as torchtitan does (the output layer stays)."""
     c = CONFIGS[config]
     torch.manual_seed(0)
     model = Transformer(ModelArgs(dim=c["dim"], n_layers=c["n_layers"], n_heads=8, vocab_size=c["vocab_size"],
                                   max_seq_len=c["seq"]))
+    if float8:
+        from tensorplay_edu.float8 import convert_to_float8_training
+        model = convert_to_float8_training(model, module_filter_fn=lambda mod, fqn: fqn != "output")
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, c["vocab_size"], (c["batch"], c["seq"]), generator=g)
     return model, tokens, tokens.roll(-1, dims=1)
@@ -174,18 +183,22 @@ def activation_formula(config: str, plan: str, world: int) -> int:
     return p * (6 * s * b * h + 2 * s * b + (4 * s * b * h + 4 * s * b * f + a * s * b) // t + 2 * s * hd)
 
 
-def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int, dtype: torch.dtype = torch.float32) -> dict:
-    """One variant on this rank: per-step times, collectives, bytes, memory (``dtype``: --torchrun --dtype)."""
+def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int, dtype: torch.dtype = torch.float32,
+               float8: bool = False) -> dict:
+    """One variant on this rank: per-step times, collectives, bytes, memory (``dtype``: --torchrun --dtype;
+    ``float8``: the float8 model, with the float8 styles for ``impl="ours"``, as is for ``"single"``)."""
+    if float8 and impl == "torch":
+        raise ValueError("float8 goes with impl 'ours' or 'single' (PyTorch's float8 TP needs torchao)")
     device = current_device()
-    model, tokens, labels = build(config)
+    model, tokens, labels = build(config, float8)
     model, tokens, labels = model.to(device, dtype), tokens.to(device), labels.to(device)
     loss_ctx = contextlib.nullcontext
     if impl == "ours":
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
         if plan == "gathered":  # the full plan, but the output layer gathers the logits (no loss_parallel)
-            parallelize_llama(model, mesh, "full", gather_logits=True)
+            parallelize_llama(model, mesh, "full", gather_logits=True, float8=float8)
         else:
-            parallelize_llama(model, mesh, plan)
+            parallelize_llama(model, mesh, plan, float8=float8)
             loss_ctx = lambda: loss_context(plan)  # noqa: E731
     elif impl == "torch":
         torch_parallelize(model, plan)
@@ -202,13 +215,15 @@ def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int, dtype
         opt.zero_grad(set_to_none=True)
 
     step()  # compile-free warm-up of every path
-    counts, nbytes = {}, 0
-    layer_saved = _layer_saved_bytes(model, step) if impl == "ours" and plan in ("vanilla", "full") else 0
+    counts, nbytes, float8_bytes = {}, 0, 0
+    formula_rows = impl == "ours" and plan in ("vanilla", "full") and not float8  # the formula is high precision's
+    layer_saved = _layer_saved_bytes(model, step) if formula_rows else 0
     if impl == "ours":
         with CommDebugMode() as comm:
             saved = _saved_bytes(step)
         counts = comm.get_comm_counts()
         nbytes = sum(b for op, b in comm.get_comm_bytes().items() if op != "all_reduce")  # like for like
+        float8_bytes = sum(r.bytes for r in comm.records if r.op != "all_reduce" and r.dtype.startswith("float8"))
     elif impl == "torch":
         from torch.distributed.tensor.debug import CommDebugMode as TorchComm
         with TorchComm() as comm, TorchCommBytes() as weigh:
@@ -233,7 +248,8 @@ def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int, dtype
     slowest = [max(ts[i] for ts in everyone) for i in range(len(times))]
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"median_s": statistics.median(slowest), "counts": counts, "bytes": nbytes, "saved": saved, "rss_mb": rss_mb,
-            "tokens_per_s": tokens.numel() / statistics.median(slowest), "layer_saved": layer_saved}
+            "tokens_per_s": tokens.numel() / statistics.median(slowest), "layer_saved": layer_saved,
+            "float8_bytes": float8_bytes}
 
 
 def variants(quick: bool):
@@ -243,41 +259,52 @@ def variants(quick: bool):
                 yield config, plan, world
 
 
+# Each launched variant: (row label, impl passed to rank_bench, float8).  "ours float8" is the
+# float32 model converted to float8; its rows sit in a table of their own (report.py).
+IMPLS = (("ours", "ours", False), ("torch", "torch", False), ("ours float8", "ours", True))
+SINGLES = (("single", False), ("single float8", True))
+
+
 def run(args) -> list[dict]:
     rows = {}
     steps, warmup, repeats = (3, 1, 2) if args.quick else (5, 1, 3)
     singles = {}
     for rep in range(repeats):
         for config, plan, world in variants(args.quick):
-            for impl in ("ours", "torch"):
+            for label, impl, float8 in IMPLS:
                 res = launch(rank_bench, world, config, plan, impl, steps if config == "small" else 2, warmup,
-                             timeout=600)[0]
-                rows.setdefault((config, plan, world, impl), []).append(res)
+                             torch.float32, float8, timeout=600)[0]
+                rows.setdefault((config, plan, world, label), []).append(res)
             if plan == "full" and rep == 0:
                 res = launch(rank_bench, world, config, "gathered", "ours", 1, 0, timeout=600)[0]
                 rows[(config, "gathered", world, "ours")] = [res]
         for config in {c for c, _, _ in variants(args.quick)}:
-            res = launch(rank_bench, 1, config, "none", "single", steps if config == "small" else 2, warmup,
-                         threads=2, timeout=600)[0]
-            singles.setdefault(config, []).append(res)
+            for label, float8 in SINGLES:
+                res = launch(rank_bench, 1, config, "none", "single", steps if config == "small" else 2, warmup,
+                             torch.float32, float8, threads=2, timeout=600)[0]
+                singles.setdefault((config, label), []).append(res)
         print(f"repeat {rep + 1}/{repeats} done", flush=True)
     return summarize(rows, singles)
 
 
 def summarize(rows, singles) -> list[dict]:
+    """One dict per (config, plan, ranks, impl); impl is "ours", "torch", "ours float8", "single",
+    "single float8" (plan "-", 1 rank).  ``singles`` is keyed by (config, impl)."""
     out = []
     for (config, plan, world, impl), results in rows.items():
         best = min(results, key=lambda r: r["median_s"])
+        formula = plan in ("vanilla", "full") and impl == "ours"
         out.append({"config": config, "plan": plan, "world": world, "impl": impl,
                     "median_ms": 1000 * statistics.median(r["median_s"] for r in results),
-                    "counts": best["counts"], "bytes": best["bytes"], "saved_mb": best["saved"] / 2**20,
-                    "layer_saved": best.get("layer_saved", 0),
-                    "layer_formula": activation_formula(config, plan, world) if plan in ("vanilla", "full") else 0,
+                    "counts": best["counts"], "bytes": best["bytes"], "float8_bytes": best.get("float8_bytes", 0),
+                    "saved_mb": best["saved"] / 2**20, "layer_saved": best.get("layer_saved", 0),
+                    "layer_formula": activation_formula(config, plan, world) if formula else 0,
                     "rss_mb": max(r["rss_mb"] for r in results)})
-    for config, results in singles.items():
-        out.append({"config": config, "plan": "-", "world": 1, "impl": "single",
+    for (config, impl), results in singles.items():
+        out.append({"config": config, "plan": "-", "world": 1, "impl": impl,
                     "median_ms": 1000 * statistics.median(r["median_s"] for r in results), "counts": {}, "bytes": 0,
-                    "saved_mb": results[0]["saved"] / 2**20, "rss_mb": max(r["rss_mb"] for r in results)})
+                    "float8_bytes": 0, "saved_mb": results[0]["saved"] / 2**20,
+                    "rss_mb": max(r["rss_mb"] for r in results)})
     return out
 
 
@@ -296,18 +323,26 @@ def main(argv=None) -> int:
     parser.add_argument("--config", choices=sorted(CONFIGS), default="small")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
                         help="--torchrun only: the model's dtype (default float32)")
+    parser.add_argument("--float8", action="store_true",
+                        help="--torchrun --impl ours only: the model converted to float8, the float8 styles")
     args = parser.parse_args(argv)
     if args.dtype is not None and not args.torchrun:
         parser.error("--dtype goes with --torchrun (the launched benchmark runs float32)")
+    if args.float8 and not args.torchrun:
+        parser.error("--float8 goes with --torchrun (the launched benchmark always has its float8 rows)")
+    if args.float8 and args.impl != "ours":
+        parser.error("--float8 goes with --impl ours (PyTorch's float8 tensor parallelism needs torchao)")
     if args.torchrun:
         dtype_name = args.dtype or "float32"
 
         def one():
-            res = rank_bench(args.config, args.plan, args.impl, 5, 2, getattr(torch, dtype_name))
+            res = rank_bench(args.config, args.plan, args.impl, 5, 2, getattr(torch, dtype_name), args.float8)
             if dist.get_rank() == 0:
-                print(f"{args.impl} {args.config} {args.plan} {dtype_name} x{dist.get_world_size()} "
+                name = f"{args.impl} float8" if args.float8 else args.impl
+                print(f"{name} {args.config} {args.plan} {dtype_name} x{dist.get_world_size()} "
                       f"({current_device().type}): {1000 * res['median_s']:.1f} ms/step, "
-                      f"{res['tokens_per_s']:.0f} tokens/s, {res['counts']}")
+                      f"{res['tokens_per_s']:.0f} tokens/s, {res['counts']}, "
+                      f"gather+scatter bytes/rank {res['bytes']:,}")
         run_from_env(one)
     start = time.perf_counter()
     table = run(args)

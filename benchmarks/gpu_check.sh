@@ -14,6 +14,9 @@
 #       (torch.cuda.set_sync_debug_mode, and a TorchDispatchMode counting .item() and friends)
 #   d.  bf16 step time of the full plan, ours against PyTorch's own TP:
 #       benchmarks/bench.py --torchrun --dtype bfloat16, --impl ours then --impl torch
+#   d2. float8 step time of the full plan, ours only (PyTorch's float8 TP needs torchao): the bf16
+#       model with --float8 against ours in bf16 (d's run, or its own if d has none); SKIP on GPUs
+#       below compute capability 8.9 (no float8 matmuls for torch._scaled_mm)
 # The exit status is 1 if any check FAILs, else 0. Every check has its own timeout
 # (GPU_CHECK_TIMEOUT, default 600 s) and the script goes on after a failure; a FAIL line
 # names its log and the log's last lines follow it, indented. Logs: GPU_CHECK_LOGS
@@ -36,7 +39,7 @@ BENCH_CONFIG=${BENCH_CONFIG:-medium}
 FAILED=0
 
 # Each check: an id and what it checks (the verdict line's words).
-IDS=(a1 a2 a3 b c d)
+IDS=(a1 a2 a3 b c d d2)
 declare -A WHAT=(
   [a1]="a1. demo, full plan, float64, under torchrun"
   [a2]="a2. demo, vanilla plan, float64, under torchrun"
@@ -44,6 +47,7 @@ declare -A WHAT=(
   [b]="b. transition table (demo --transitions) under torchrun"
   [c]="c. host syncs in a training step (gpu_sync_check.py)"
   [d]="d. bf16 step time, full plan, ours vs PyTorch's TP (bench.py --torchrun)"
+  [d2]="d2. float8 step time, full plan, bf16 model, ours float8 vs ours bf16 (bench.py --torchrun --float8)"
 )
 
 skip_all() {  # every check: SKIP (why)
@@ -105,6 +109,10 @@ else
   NAMES=$("$PY" -c 'import torch; print(", ".join(sorted({torch.cuda.get_device_name(i)
                                                   for i in range(torch.cuda.device_count())})))' 2>/dev/null)
   echo "gpu_check: $N GPU(s) ($NAMES), torch $TORCH_VERSION, CUDA $CUDA_VERSION; checks on $R rank(s)"
+  # float8 matmuls (torch._scaled_mm) need compute capability 8.9 (Ada, Hopper) or above on every GPU used
+  CAPS=$("$PY" -c "import torch; print(min(torch.cuda.get_device_capability(i) for i in range($R)))" 2>/dev/null)
+  FP8_OK=$("$PY" -c "import torch; print(int(min(torch.cuda.get_device_capability(i) for i in range($R)) >= (8, 9)))" \
+    2>/dev/null)
 fi
 
 LOGS=${GPU_CHECK_LOGS:-$(mktemp -d /tmp/gpu_check.XXXXXX)}
@@ -158,6 +166,52 @@ if [ "$d_ok" -eq 1 ]; then
   ratio=$(awk -v a="${MS[ours]}" -v b="${MS[torch]}" 'BEGIN { printf "%.2f", a / b }')
   echo "PASS ${WHAT[d]} on $R rank(s), $BENCH_CONFIG config:" \
     "ours ${MS[ours]} ms/step, PyTorch ${MS[torch]} ms/step, ours/PyTorch $ratio"
+fi
+
+# d2: ours with the float8 model and styles against ours in bf16 (d's number when d measured it);
+# a measurement, no threshold. Bytes: gather+scatter bytes per rank, float8 / bf16.
+bench_line() {  # log: the last "... ms/step ..." line's ms and bytes, as "MS BYTES"
+  local ms bytes
+  ms=$(grep -oE '[0-9]+(\.[0-9]+)? ms/step' "$1" | tail -n 1 | cut -d' ' -f1)
+  bytes=$(grep -oE 'gather\+scatter bytes/rank [0-9,]+' "$1" | tail -n 1 | awk '{ gsub(",", "", $3); print $3 }')
+  echo "$ms ${bytes:-0}"
+}
+if [ "$N" -gt 0 ] && [ "${FP8_OK:-0}" != "1" ]; then
+  echo "SKIP ${WHAT[d2]} (float8 matmuls need compute capability 8.9 or above; ${CAPS:-unknown} here)"
+else
+  start=$SECONDS
+  d2_ok=1
+  declare -A D2
+  for variant in bf16 float8; do
+    log="$LOGS/d2-$variant.log"
+    if [ "$variant" = bf16 ] && [ -n "${MS[ours]:-}" ]; then
+      log="$LOGS/d-ours.log"  # d measured it already
+    else
+      extra=()
+      if [ "$variant" = float8 ]; then extra=(--float8); fi
+      timeout -k 30 "$TIMEOUT" "${TR[@]}" benchmarks/bench.py --torchrun --impl ours --plan full \
+        --config "$BENCH_CONFIG" --dtype bfloat16 ${extra[@]+"${extra[@]}"} >"$log" 2>&1
+      rc=$?
+      if [ "$rc" -ne 0 ] || [ -z "$(bench_line "$log" | cut -d' ' -f1)" ]; then
+        why="exit status $rc"
+        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then why="timed out after $TIMEOUT s"; fi
+        if [ "$rc" -eq 0 ]; then why="exit status 0 but no ms/step line"; fi
+        fail d2 "ours $variant: $why" "$log"
+        d2_ok=0
+        break
+      fi
+    fi
+    D2[$variant]=$(bench_line "$log")
+  done
+  if [ "$d2_ok" -eq 1 ]; then
+    read -r ms8 bytes8 <<<"${D2[float8]}"
+    read -r ms16 bytes16 <<<"${D2[bf16]}"
+    ratio=$(awk -v a="$ms8" -v b="$ms16" 'BEGIN { printf "%.2f", a / b }')
+    bratio=$(awk -v a="$bytes8" -v b="$bytes16" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
+    echo "PASS ${WHAT[d2]} on $R rank(s), $BENCH_CONFIG config:" \
+      "ours float8 $ms8 ms/step, ours bf16 $ms16 ms/step, float8/bf16 $ratio;" \
+      "gather+scatter bytes/rank float8/bf16 $bratio ($((SECONDS - start)) s)"
+  fi
 fi
 
 exit "$FAILED"

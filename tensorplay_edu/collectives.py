@@ -12,6 +12,10 @@ call these: they are the only places in the package that communicate.  Each one
 
 A group of one rank, or an empty global tensor, moves nothing and issues nothing
 (every rank knows the global shape, so they all skip together).
+
+Float8 tensors (:mod:`tensorplay_edu.float8`) are gathered, not reduced: gloo refuses
+their dtypes, so their bytes travel as ``uint8`` (bit-exact both ways) and are recorded as
+what they are, float8 at 1 byte per element.  A sum of float8 values is refused.
 """
 
 from __future__ import annotations
@@ -26,6 +30,20 @@ from . import debug
 # torch 2.13 renamed the flat collectives; older releases only have the old names.
 _all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _wire(x: torch.Tensor) -> torch.Tensor:
+    """What the backend moves: a float8 tensor's bytes as uint8 (a view, no copy)."""
+    return x.view(torch.uint8) if x.dtype in FLOAT8 else x
+
+
+def _no_float8_sum(x: torch.Tensor, op: str) -> None:
+    if x.dtype in FLOAT8:
+        raise TypeError(f"{op} of a {x.dtype} tensor: float8 values are gathered, never summed by a collective "
+                        "(reduce in high precision, as torchao does)")
 
 
 def _pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
@@ -58,7 +76,7 @@ def all_gather(x: torch.Tensor, dim: int, sizes: list[int], group) -> torch.Tens
     even = c * t == sum(sizes)
     # [t*before, c, after]; when before == 1 and no padding that is already the result's memory layout
     out = block.new_empty(full_shape if even and before == 1 else (t * before, c, after))
-    _all_gather_flat(out.view(t * before, c, after), block.contiguous(), group=group)
+    _all_gather_flat(_wire(out.view(t * before, c, after)), _wire(block.contiguous()), group=group)
     debug.record("all_gather", full_shape, x.dtype, t, (t - 1) * before * c * after * x.element_size(), group)
     if even and before == 1:
         return out
@@ -76,6 +94,7 @@ def reduce_scatter(x: torch.Tensor, dim: int, sizes: list[int], rank: int, op, g
     [before, t, c, after] -> [t, before, c, after], one copy (none for dim 0).
     """
     t, c = len(sizes), max(sizes)
+    _no_float8_sum(x, "reduce_scatter")
     if t == 1 or x.numel() == 0:
         return x.narrow(dim, 0, sizes[rank])
     before, rows, after = _three_d(x, dim)
@@ -95,6 +114,7 @@ def reduce_scatter(x: torch.Tensor, dim: int, sizes: list[int], rank: int, op, g
 def all_reduce(x: torch.Tensor, op, group) -> torch.Tensor:
     """Every rank gets the reduction of all ranks' tensors (into a new tensor)."""
     t = dist.get_world_size(group)
+    _no_float8_sum(x, "all_reduce")
     if t == 1 or x.numel() == 0:
         return x
     out = x.contiguous().clone()

@@ -138,12 +138,27 @@ def _without_main():
 def _plain(obj):
     """A copy of ``obj`` that outlives this process: tensors detached, cloned, on the CPU."""
     if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu().clone()
+        obj = obj.detach().cpu().clone()
+        return _Float8Bytes(obj) if obj.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else obj
     if isinstance(obj, (list, tuple)):
         return type(obj)(_plain(o) for o in obj) if not hasattr(obj, "_fields") else type(obj)(*map(_plain, obj))
     if isinstance(obj, dict):
         return {k: _plain(v) for k, v in obj.items()}
     return obj
+
+
+class _Float8Bytes:
+    """A float8 tensor on its way back to the parent: its bytes (float8 tensors do not pickle)."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self.data, self.dtype = tensor.view(torch.uint8), str(tensor.dtype).removeprefix("torch.")
+
+    def __reduce__(self):
+        return _float8_from_bytes, (self.data, self.dtype)
+
+
+def _float8_from_bytes(data: torch.Tensor, dtype: str) -> torch.Tensor:
+    return data.view(getattr(torch, dtype))
 
 
 def _rank_main(payload: bytes, rank: int, world_size: int, store_path: str, backend: str, timeout: float,

@@ -67,6 +67,12 @@ def _logits():
     return DTensor.from_local(torch.randn(6, 5), _mesh(), [Shard(1)])
 
 
+def _float8_styles():
+    from tensorplay_edu.float8 import float8_tensor_parallel
+
+    return float8_tensor_parallel
+
+
 def _in_loss_parallel(fn):
     def run():
         with loss_parallel():
@@ -183,6 +189,15 @@ CASES = {
     "SequenceParallel input not a tensor": (
         lambda: (lambda m: lambda: m("x"))(parallelize_module(nn.LayerNorm(2), _mesh(), SequenceParallel())),
         ValueError, ["torch.Tensor or DTensor"]),
+    "float8 style on a plain Linear": (
+        lambda: lambda: parallelize_module(nn.Linear(4, 4), _mesh(), _float8_styles().Float8ColwiseParallel()),
+        ValueError, ["Expecting module to be Float8Linear", "convert_to_float8_training"]),
+    "PrepareFloat8ModuleInput to e5m2": (
+        lambda: lambda: _float8_styles().PrepareFloat8ModuleInput(float8_dtype=torch.float8_e5m2), NotImplementedError,
+        ["float8_e4m3fn"]),
+    "PrepareFloat8ModuleInput without float8 readers": (
+        lambda: lambda: parallelize_module(nn.Sequential(nn.Linear(4, 4)), _mesh(), _float8_styles().PrepareFloat8ModuleInput(
+            input_layouts=Shard(1), desired_input_layouts=Replicate())), ValueError, ["Float8Linear", "Sequential"]),
     "init_device_mesh shape against the world": (
         lambda: lambda: init_device_mesh("cpu", (dist.get_world_size() + 1,)), ValueError, ["mesh_shape"]),
     "mesh dimension name": (

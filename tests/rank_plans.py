@@ -38,7 +38,7 @@ def step_counts(plan: str, n_layers: int, apply=None) -> dict:
             "optimizer": opt_comm.get_total_counts(), "modules": sorted({r.module for r in comm.records})}
 
 
-def seed_apply_tp(source: str | None):
+def seed_apply_tp(source: str | None, float8: bool = False):
     """torchtitan's apply_tp: the seed's text exec'd with only its imports replaced by ours,
     or (``source=None``) the package's own, tensorplay_edu.models.apply_tp."""
     if source is None:
@@ -49,10 +49,12 @@ def seed_apply_tp(source: str | None):
             "from tensorplay_edu import DeviceMesh, Replicate, Shard\n"
             "from tensorplay_edu.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,\n"
             "    SequenceParallel, parallelize_module)\nlogger = logging.getLogger('apply_tp')\n")
+        source = source.replace("from torchao.float8.float8_tensor_parallel import",  # its one import inside
+                                "from tensorplay_edu.float8.float8_tensor_parallel import")
         namespace: dict = {}
         exec(compile(header + source, "seed_apply_tp", "exec"), namespace)
         apply_tp = namespace["apply_tp"]
-    return lambda model, mesh: apply_tp(model, mesh, loss_parallel=False, enable_float8_tensorwise_tp=False,
+    return lambda model, mesh: apply_tp(model, mesh, loss_parallel=False, enable_float8_tensorwise_tp=float8,
                                         enable_async_tp=False)
 
 

@@ -360,3 +360,12 @@ def test_nccl_launch_serves_cpu_and_cuda_meshes():
     else:
         with pytest.raises(RuntimeError, match=f"needs 2 CUDA devices, found {torch.cuda.device_count()}"):
             launch(_cpu_and_cuda_meshes, 2, backend="nccl")
+
+
+def test_float8_results_come_back():
+    def work():
+        return {"x": torch.tensor([1.0, -2.0, 448.0]).to(torch.float8_e4m3fn), "y": [torch.ones(1).to(torch.float8_e5m2)]}
+
+    out = launch(work, 1)[0]
+    assert out["x"].dtype == torch.float8_e4m3fn and out["x"].float().tolist() == [1.0, -2.0, 448.0]
+    assert out["y"][0].dtype == torch.float8_e5m2

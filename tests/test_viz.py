@@ -90,3 +90,63 @@ def test_flow_and_comm_chart():
     assert "3 collectives" in ax.get_title()
     with pytest.raises(ValueError, match="draw_collective"):
         draw_collective("broadcast")
+
+
+def test_float8_pieces_are_boxed_and_tagged():
+    """A float8 layout or collective in a flow is a gold dashed box, the collective tagged 1 B/elem;
+    everything else is drawn as before (no box)."""
+    import torch
+
+    from tensorplay_edu.viz import FLOAT8_COLOR, comm_label, float8_tag
+
+    assert [float8_tag(x) for x in (torch.float8_e4m3fn, "float8_e5m2", "all_gather e4m3", torch.float32,
+                                    "all_gather")] == ["e4m3", "e5m2", "e4m3", None, None]
+    assert comm_label(CommRecord("all_gather", "forward", (2, 12, 48), "float8_e4m3fn", 2, 576, "a")) == \
+        "all_gather e4m3"
+    assert comm_label(CommRecord("all_reduce", "forward", (), "float32", 2, 8, "a")) == "all_reduce (scalar)"
+    assert comm_label(CommRecord("reduce_scatter", "backward", (2, 12, 48), "float32", 2, 2304, "a")) == \
+        "reduce_scatter"
+    fig = draw_flow([("attention_norm", "tensor [2, 6, 48]", "DTensor S(1) [2, 12, 48]", ""),
+                     ("attention", "Float8Input e4m3 [2, 12, 48]", "tensor [2, 6, 48]",
+                      "all_reduce (scalar), all_gather e4m3"),
+                     ("attention.wo", "tensor [2, 12, 24]", "tensor [2, 6, 48]", "reduce_scatter")])
+    ax = fig.axes[0]
+    boxed = {t.get_text(): t.get_bbox_patch() for t in ax.texts if t.get_bbox_patch() is not None}
+    assert set(boxed) == {"Float8Input e4m3 [2, 12, 48]", "all_gather e4m3  1 B/elem",
+                          "float8 (e4m3 forward, e5m2 gradients): 1 byte per element"}
+    for patch in boxed.values():
+        assert mcolors.to_hex(patch.get_facecolor()) == FLOAT8_COLOR.lower() and patch.get_linestyle() == "--"
+    assert {"all_reduce (scalar)", "reduce_scatter", "tensor [2, 12, 24]"} <= set(_texts(ax))  # plain, unboxed
+    assert FLOAT8_COLOR.lower() not in [c.lower() for c in RANK_COLORS]  # float8 is not a rank
+    fig = draw_flow([("norm", "tensor [2, 6, 48]", "DTensor S(1) [2, 12, 48]", "all_gather, reduce_scatter")])
+    assert all(t.get_bbox_patch() is None for t in fig.axes[0].texts)  # no float8: no box, no note
+    assert "all_gather\nreduce_scatter" in _texts(fig.axes[0])
+
+
+def _float8_flow():
+    import torch
+    import torch.distributed as dist
+
+    from tensorplay_edu import init_device_mesh
+    from tensorplay_edu.float8 import convert_to_float8_training
+    from tensorplay_edu.models import ModelArgs, Transformer, parallelize_llama
+    from tensorplay_edu.viz import trace_flow
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    torch.manual_seed(0)
+    model = convert_to_float8_training(Transformer(ModelArgs(dim=16, n_layers=1, n_heads=4, vocab_size=32,
+                                                             max_seq_len=8)),
+                                       module_filter_fn=lambda mod, fqn: fqn != "output")
+    parallelize_llama(model, mesh, "full", float8=True)
+    return trace_flow(model, torch.randint(0, 32, (2, 8), generator=torch.Generator().manual_seed(0)), depth=4)
+
+
+def test_trace_flow_names_float8_inputs_and_collectives():
+    from tensorplay_edu import launch
+
+    rows = {row[0]: row[1:] for row in launch(_float8_flow, 2)[0]}
+    assert rows["layers.0.attention"] == ("Float8Input e4m3 [2, 8, 16]", "tensor [2, 4, 16]",
+                                          "all_reduce (scalar), all_gather e4m3")
+    assert rows["layers.0.attention.wq"] == ("Float8Input e4m3 [2, 8, 16]", "tensor [2, 8, 8]", "all_reduce (scalar)")
+    assert rows["layers.0.attention.wo"][2] == "all_reduce (scalar), all_reduce (scalar), reduce_scatter"
+    assert rows["output"][2] == "all_gather"  # high precision: no tag

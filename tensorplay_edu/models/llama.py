@@ -164,11 +164,14 @@ def llama_loss(logits, labels: torch.Tensor) -> torch.Tensor:
 
 
 def parallelize_llama(model: Transformer, mesh: DeviceMesh, plan: str = "full", *,
-                      gather_logits: bool = False) -> Transformer:
+                      gather_logits: bool = False, float8: bool = False) -> Transformer:
     """Apply the ``"vanilla"`` or ``"full"`` plan (see the module docstring) in place.
 
     ``gather_logits=True`` (full plan) all-gathers the logits instead of leaving them
     vocab-sharded for ``loss_parallel`` (what loss_parallel saves, for comparison).
+    ``float8=True``: the blocks' Linears (converted by ``convert_to_float8_training``) get the
+    float8 styles (``tensorplay_edu.float8.float8_tensor_parallel``), as torchtitan's
+    ``enable_float8_tensorwise_tp``; the embedding and the output layer stay as they are.
     """
     t, args = mesh.size(), model.args
     for name, n in (("n_heads", args.n_heads), ("n_kv_heads", args.n_kv_heads or args.n_heads)):
@@ -185,16 +188,21 @@ def parallelize_llama(model: Transformer, mesh: DeviceMesh, plan: str = "full", 
                                   use_local_output=gather_logits or not sp),
         **({"norm": SequenceParallel()} if sp else {}),
     })
+    colwise, rowwise, prepare = ColwiseParallel, RowwiseParallel, PrepareModuleInput
+    if float8:
+        from ..float8.float8_tensor_parallel import (Float8ColwiseParallel, Float8RowwiseParallel,
+                                                     PrepareFloat8ModuleInput)
+        colwise, rowwise, prepare = Float8ColwiseParallel, Float8RowwiseParallel, PrepareFloat8ModuleInput
     block_plan = {
-        "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
-        "attention.wo": RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel(),
-        "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
-        "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel(),
+        "attention.wq": colwise(), "attention.wk": colwise(), "attention.wv": colwise(),
+        "attention.wo": rowwise(output_layouts=Shard(1)) if sp else rowwise(),
+        "feed_forward.w1": colwise(), "feed_forward.w3": colwise(),
+        "feed_forward.w2": rowwise(output_layouts=Shard(1)) if sp else rowwise(),
     }
     block_in = Shard(1) if sp else Replicate()  # [b, s/t, h] under SP, else [b, s, h] on every rank
     block_plan.update({  # one DTensor for the Colwise readers: one all-gather / f per block input
-        "attention": PrepareModuleInput(input_layouts=(block_in, None), desired_input_layouts=(Replicate(), None)),
-        "feed_forward": PrepareModuleInput(input_layouts=(block_in,), desired_input_layouts=(Replicate(),)),
+        "attention": prepare(input_layouts=(block_in, None), desired_input_layouts=(Replicate(), None)),
+        "feed_forward": prepare(input_layouts=(block_in,), desired_input_layouts=(Replicate(),)),
     })
     if sp:
         block_plan.update({"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel()})

@@ -16,8 +16,10 @@ that the three readers share one ``f`` (1 + 2L).  The full plan (sequence parall
 ``loss_parallel``) is ``parallelize_llama(model, mesh, "full")``.
 
 The signature and flags are torchtitan's.  ``loss_parallel`` is accepted and unused here,
-as in the vanilla form (the logits come out replicated); the float8 and async-TP variants
-are not part of this package yet.
+as in the vanilla form (the logits come out replicated).  ``enable_float8_tensorwise_tp``
+swaps in the float8 styles (:mod:`tensorplay_edu.float8.float8_tensor_parallel`; convert the
+model with ``convert_to_float8_training`` first, leaving ``output`` in high precision);
+async TP is not part of this package yet.
 """
 
 from __future__ import annotations
@@ -38,23 +40,27 @@ logger = logging.getLogger(__name__)
 def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, loss_parallel: bool, enable_float8_tensorwise_tp: bool,
              enable_async_tp: bool) -> None:
     """Tensor parallelism for a torchtitan-style Llama (``tok_embeddings``, ``layers``, ``output``)."""
-    for flag, value in (("enable_float8_tensorwise_tp", enable_float8_tensorwise_tp),
-                        ("enable_async_tp", enable_async_tp)):
-        if value:
-            raise NotImplementedError(f"apply_tp({flag}=True): tensorplay_edu has no {flag[7:]} variant yet; "
-                                      f"call it with {flag}=False")
+    if enable_async_tp:
+        raise NotImplementedError("apply_tp(enable_async_tp=True): tensorplay_edu has no async TP yet; "
+                                  "call it with enable_async_tp=False")
     # The edges: a vocab-parallel embedding whose partial rows are summed (all-reduce), and an
     # output layer split over the vocabulary whose logits are gathered for an ordinary loss.
     parallelize_module(model, tp_mesh, {
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
         "output": ColwiseParallel(input_layouts=Replicate(), output_layouts=Replicate(), use_local_output=True),
     })
-    # Every block: Megatron's split of attention and of the SwiGLU MLP.
+    # Every block: Megatron's split of attention and of the SwiGLU MLP; with float8 Linears
+    # (convert_to_float8_training first), the float8 styles: global amaxes, float8 matmuls.
+    colwise, rowwise = ColwiseParallel, RowwiseParallel
+    if enable_float8_tensorwise_tp:
+        from ..float8.float8_tensor_parallel import Float8ColwiseParallel, Float8RowwiseParallel
+
+        colwise, rowwise = Float8ColwiseParallel, Float8RowwiseParallel
     for block in model.layers.values():
         parallelize_module(block, tp_mesh, {
-            "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
-            "attention.wo": RowwiseParallel(),
-            "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
-            "feed_forward.w2": RowwiseParallel(),
+            "attention.wq": colwise(), "attention.wk": colwise(), "attention.wv": colwise(),
+            "attention.wo": rowwise(),
+            "feed_forward.w1": colwise(), "feed_forward.w3": colwise(),
+            "feed_forward.w2": rowwise(),
         })
-    logger.info("Applied Tensor Parallelism to the model")
+    logger.info(f"Applied {'Float8 tensorwise ' if enable_float8_tensorwise_tp else ''}Tensor Parallelism to the model")

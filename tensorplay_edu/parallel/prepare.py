@@ -72,12 +72,16 @@ class PrepareModuleInput(ParallelStyle):
         if len(args) != len(self.input_layouts):
             raise ValueError(f"module inputs and input_layouts should have same length! ('{fqn(module)}' got "
                              f"{len(args)} inputs, input_layouts has {len(self.input_layouts)})")
-        return tuple(_convert(x, layout, desired, mesh, self.use_local_output, module)
+        return tuple(self._convert(x, layout, desired, mesh, module)
                      for x, layout, desired in zip(args, self.input_layouts, self.desired_input_layouts))
 
     def _prepare_kwargs(self, module, kwargs, mesh):
-        return {k: _convert(v, self.input_kwarg_layouts.get(k), self.desired_input_kwarg_layouts.get(k), mesh,
-                            self.use_local_output, module) for k, v in kwargs.items()}
+        return {k: self._convert(v, self.input_kwarg_layouts.get(k), self.desired_input_kwarg_layouts.get(k), mesh,
+                                 module) for k, v in kwargs.items()}
+
+    def _convert(self, x, layout, desired, mesh, module):
+        """One input (the float8 variant overrides this)."""
+        return _convert(x, layout, desired, mesh, self.use_local_output, module)
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         claim(self, module)

@@ -218,6 +218,10 @@ class RowwiseParallel(_LinearOrEmbedding):
             partial_gradient(bias, mesh, f"{fqn(module)}.bias")
         with module_scope(fqn(module)):
             dt = to_layout(dt, self.output_layouts[0])  # g: all-reduce, or reduce-scatter
+        return self._add_bias(dt, bias, mesh)
+
+    def _add_bias(self, dt: DTensor, bias: torch.Tensor, mesh) -> DTensor | torch.Tensor:
+        """The reduced output plus the (replicated) bias, added once."""
         place = dt.placements[0]
         # The bias split with the features is the table's Replicate -> Shard local chunk, taken by hand so
         # that its gradient stays a zero-padded partial sum, reduced by grad_sync.py, not an all-gather.

@@ -1,0 +1,186 @@
+"""Float8Linear: an ``nn.Linear`` whose three matmuls read float8 operands (torchao's recipe,
+tensorwise dynamic scaling).
+
+Forward ``y = x @ W^T``: ``x`` and ``W`` are cast to e4m3 (:mod:`.scaling`), multiplied, and
+the product is rescaled to the input's dtype.  Backward, the output gradient is cast to e5m2
+(more range, less precision: gradients span many orders of magnitude) and two float8 matmuls
+give ``grad_x = g @ W`` and ``grad_W = g^T @ x``, reusing the float8 ``x`` and ``W`` saved
+in forward (so the backward casts only the gradient, and needs no second weight amax).
+
+The matmul: ``torch._scaled_mm`` (real float8 kernels; it runs on the CPU too, accumulating in
+float32) for float32 / bfloat16 / float16 models; an emulation for float64 models or with
+``Float8LinearConfig(emulate=True)``: the exact float8 values upcast and multiplied in the
+model's dtype.  Either way the result is ``(a_fp8 @ b_fp8) / (scale_a * scale_b)``.
+
+Tensor parallelism changes *where the amax is taken* and *where the output is reduced*; the
+styles of :mod:`.float8_tensor_parallel` say so through ``module.float8_spec`` (a
+:class:`Float8Spec`), set once when the model is parallelized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from .. import debug
+from ..parallel.style import fqn
+from ..placement import Partial, Replicate, Shard
+from ..transition import redistribute_local
+from .scaling import E4M3, E5M2, Scaled, quantize
+
+__all__ = ["Float8LinearConfig", "Float8Linear", "Float8Spec", "Float8Input", "float8_mm",
+           "convert_to_float8_training"]
+
+
+@dataclass(frozen=True)
+class Float8LinearConfig:
+    emulate: bool = False  # True: never torch._scaled_mm (torchao's option of the same name)
+
+
+@dataclass(frozen=True)
+class Float8Spec:
+    """How one Float8Linear runs: ``cut``s are ``(mesh, mesh dims)`` a tensor is sharded on
+    (its amax is reduced over them); ``reduce = (mesh, placement)``: the local product is a
+    partial sum, reduced to that placement inside the matmul (Float8RowwiseParallel)."""
+
+    emulate: bool = False
+    input_cut: tuple | None = None
+    weight_cut: tuple | None = None
+    grad_cut: tuple | None = None
+    reduce: tuple | None = None
+
+
+@dataclass(frozen=True)
+class Float8Input:
+    """A module input already in float8 (cast, and maybe gathered, by a float8 style).
+
+    ``carrier`` is a high-precision tensor of the same shape on the autograd graph: the
+    Linears' input gradients flow into it; its values are never read.
+    """
+
+    carrier: torch.Tensor
+    scaled: Scaled
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.scaled.data.shape
+
+
+def float8_mm(a: torch.Tensor, scale_a, b: torch.Tensor, scale_b, out_dtype: torch.dtype, emulate: bool,
+              pad_to: int | None = None):
+    """``(a @ b) / (scale_a * scale_b)`` for float8 ``a`` [M, K] and ``b`` [K, N].
+
+    CUDA's float8 kernels want K and N in multiples of 16; a TP shard often is not (a hidden
+    size of 688 over 4 ranks: 172), so on a GPU both are zero-padded (``pad_to``; zeros add
+    nothing to the product) and the result trimmed.
+    """
+    if emulate or out_dtype == torch.float64:
+        return (a.to(out_dtype) @ b.to(out_dtype)) / (scale_a.to(out_dtype) * scale_b.to(out_dtype))
+    pad_to = pad_to if pad_to is not None else (16 if a.is_cuda else 1)
+    n = b.shape[1]
+    a = _pad(a, 1, pad_to)  # [M, K+]
+    b = _pad(_pad(b, 0, pad_to), 1, pad_to)  # [K+, N+]
+    out = torch._scaled_mm(a.contiguous(), b.t().contiguous().t(),  # row-major a, column-major b (as CUDA wants)
+                           scale_a=scale_a.reciprocal(), scale_b=scale_b.reciprocal(), out_dtype=out_dtype)
+    return out[:, :n]
+
+
+def _pad(x: torch.Tensor, dim: int, multiple: int) -> torch.Tensor:
+    """``x`` with zeros appended along ``dim`` up to a multiple of ``multiple``."""
+    extra = -x.shape[dim] % multiple
+    if not extra:
+        return x
+    shape = list(x.shape)
+    shape[dim] = extra
+    return torch.cat([x, torch.zeros(shape, dtype=x.dtype, device=x.device)], dim=dim)
+
+
+class _Float8Linear(torch.autograd.Function):
+    """``y = x @ W^T`` in float8 (then reduced over TP ranks if ``spec.reduce``); backward in float8."""
+
+    @staticmethod
+    def forward(ctx, x, weight, x8: Scaled | None, spec: Float8Spec):
+        x8 = x8 if x8 is not None else quantize(x, E4M3, spec.input_cut)  # [.., in]
+        w8 = quantize(weight, E4M3, spec.weight_cut)  # [out, in] (a shard: its amax is global)
+        lead, k = x8.data.shape[:-1], x8.data.shape[-1]
+        y = float8_mm(x8.data.reshape(-1, k), x8.scale, w8.data.t(), w8.scale, x.dtype, spec.emulate)
+        y = y.view(*lead, -1)  # [.., out]
+        if spec.reduce is not None:  # Float8RowwiseParallel: g (all-reduce) or reduce-scatter, in high precision
+            mesh, dst = spec.reduce
+            y = redistribute_local(y, mesh, (Partial(),), (dst,), y.shape)
+        ctx.save_for_backward(x8.data, x8.scale, w8.data, w8.scale)
+        ctx.spec, ctx.full_shape, ctx.dtypes = spec, (*lead, w8.data.shape[0]), (x.dtype, weight.dtype)
+        ctx.module = debug.current_module()
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gy):
+        x_data, x_scale, w_data, w_scale = ctx.saved_tensors
+        spec, (x_dtype, w_dtype) = ctx.spec, ctx.dtypes
+        with debug.backward_scope(ctx.module):
+            if spec.reduce is not None and isinstance(spec.reduce[1], Shard):  # gy: this rank's slice of it
+                mesh, dst = spec.reduce
+                g8 = quantize(gy, E5M2, (mesh, (0,)))  # cast while sharded (global amax) ...
+                gathered = redistribute_local(g8.data, mesh, (dst,), (Replicate(),), ctx.full_shape)
+                g8 = Scaled(gathered, g8.scale)  # ... and gathered in e5m2: 1 byte per element
+            else:
+                g8 = quantize(gy, E5M2, spec.grad_cut)
+        g = g8.data.reshape(-1, w_data.shape[0])  # [N, out]
+        x2 = x_data.reshape(-1, x_data.shape[-1])  # [N, in]
+        grad_x = float8_mm(g, g8.scale, w_data, w_scale, x_dtype, spec.emulate).view(x_data.shape)
+        grad_w = float8_mm(g.t(), g8.scale, x2, x_scale, w_dtype, spec.emulate)  # [out, in]
+        return grad_x, grad_w, None, None
+
+
+class Float8Linear(nn.Linear):
+    """An ``nn.Linear`` computing in float8 (so the tensor-parallel styles accept it)."""
+
+    def __init__(self, *args, config: Float8LinearConfig | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.config = config or Float8LinearConfig()
+        self.float8_spec = Float8Spec(emulate=self.config.emulate)  # the float8 styles replace it
+
+    @classmethod
+    def from_float(cls, mod: nn.Linear, config: Float8LinearConfig | None = None) -> "Float8Linear":
+        """The same parameters (the same objects), computing in float8."""
+        with torch.device("meta"):
+            new = cls(mod.in_features, mod.out_features, bias=False, config=config)
+        new.weight, new.bias = mod.weight, mod.bias
+        return new
+
+    def forward(self, x):
+        carrier, x8 = (x.carrier, x.scaled) if isinstance(x, Float8Input) else (x, None)
+        with debug.module_scope(fqn(self)):  # the amax all-reduces (and a rowwise reduction) are this module's
+            y = _Float8Linear.apply(carrier, self.weight, x8, self.float8_spec)
+        if self.bias is not None and self.float8_spec.reduce is None:  # a rowwise style adds it after the reduction
+            y = y + self.bias
+        return y
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, emulate={self.config.emulate}"
+
+
+def convert_to_float8_training(module: nn.Module, *, module_filter_fn=None,
+                               config: Float8LinearConfig | None = None) -> nn.Module:
+    """Swap every ``nn.Linear`` of ``module`` for a :class:`Float8Linear` (in place; returns the
+    module, or the new one if ``module`` itself is a Linear).
+
+    ``module_filter_fn(mod, fqn) -> bool`` keeps a Linear in high precision when it returns
+    False (torchtitan: ``lambda mod, fqn: fqn != "output"``).
+    """
+    def swap(mod: nn.Module, fqn: str) -> nn.Module:
+        if isinstance(mod, nn.Linear) and not isinstance(mod, Float8Linear):
+            if module_filter_fn is None or module_filter_fn(mod, fqn):
+                return Float8Linear.from_float(mod, config)
+            return mod
+        for name, child in mod.named_children():
+            new = swap(child, f"{fqn}.{name}" if fqn else name)
+            if new is not child:
+                setattr(mod, name, new)
+        return mod
+
+    return swap(module, "")
