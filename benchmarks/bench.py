@@ -16,7 +16,20 @@ and the same float8 model on one process (PyTorch's float8 TP needs torchao: not
 Writes benchmarks/results.md and benchmarks/results.png.  Under torchrun it runs one
 variant on GPUs: `torchrun --nproc-per-node 2 benchmarks/bench.py --torchrun --impl ours`
 (`--dtype bfloat16` there for a bf16 model; float32 otherwise; `--float8` for ours with the
-float8 model and styles, bf16 being the realistic GPU setting).
+float8 model and styles, bf16 being the realistic GPU setting; `--async-tp` for ours with async
+TP on, full plan).
+Async rows (issue 11): ours with async TP (``with enable_async_tp(mesh):`` around the forward:
+the full plan's block-input all-gathers and wo / w2's reduce-scatters run as rings of
+isend / irecv, each transfer under a matmul) against ours synchronous, full plan, at 2 and 4
+ranks of the medium config (small with --quick): step time, the collectives (the decomposed ones
+by name: all_gather_matmul, matmul_reduce_scatter), total bytes per rank (the bench raises unless
+they equal the synchronous step's), the overlap of one block-input ring
+(``async_tp.time_gather_matmul`` on a [b, s/t, h] input and layer 0's wq / wk / wv shards) and,
+from a ``Timeline`` of one step, how long the rings waited for transfers.  Plus the same pair on
+2 ranks whose main (compute) threads are pinned to one core after the process group started,
+so that gloo's transfer threads, started earlier, keep the other core.
+`python benchmarks/bench.py --async-only --config medium` runs only those rows and prints them
+(it writes no file).
 """
 
 from __future__ import annotations
@@ -33,6 +46,8 @@ import torch
 import torch.distributed as dist
 
 from tensorplay_edu import CommDebugMode, init_device_mesh, launch
+from tensorplay_edu.parallel import async_tp
+from tensorplay_edu.timeline import Timeline
 from tensorplay_edu.torchrun import current_device, run_from_env
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
 
@@ -183,16 +198,74 @@ def activation_formula(config: str, plan: str, world: int) -> int:
     return p * (6 * s * b * h + 2 * s * b + (4 * s * b * h + 4 * s * b * f + a * s * b) // t + 2 * s * hd)
 
 
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def pin_compute_thread() -> dict:
+    """Pin this rank's main thread (its matmuls) to the first core it may use, leaving the others to
+    the threads started before (gloo's transfer threads, started with the process group): Linux's
+    ``sched_setaffinity(0, ...)`` sets the calling thread's affinity only.  Returns the core, how
+    many cores there are and how many of this process's other threads may still run elsewhere."""
+    if not hasattr(os, "sched_getaffinity"):
+        raise RuntimeError("pinning the compute threads needs Linux's os.sched_setaffinity")
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise RuntimeError(f"pinning the compute threads needs 2 cores or more to leave one free; this rank has "
+                           f"{cores}")
+    os.sched_setaffinity(0, {cores[0]})
+    free = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            free += os.sched_getaffinity(int(tid)) != {cores[0]}
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return {"core": cores[0], "cores": len(cores), "free_threads": free}
+
+
+def ring_waits(intervals) -> dict:
+    """Seconds of one step's rings, from a Timeline: matmuls (compute), transfers in flight, and
+    waits (transfer time under no matmul: the rank had finished its matmul and waited for a chunk)."""
+    merged: list[list[float]] = []
+    for a, b in sorted((i.start, i.end) for i in intervals if i.kind == "compute"):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    transfers = [(i.start, i.end) for i in intervals if i.kind == "transfer"]
+    in_flight = sum(b - a for a, b in transfers)
+    covered = sum(max(0.0, min(b, mb) - max(a, ma)) for a, b in transfers for ma, mb in merged)
+    return {"compute_s": sum(b - a for a, b in merged), "transfer_s": in_flight, "wait_s": in_flight - covered,
+            "transfers": len(transfers)}
+
+
+def block_ring_overlap(model, config: str, mesh, dtype: torch.dtype, device) -> dict:
+    """``time_gather_matmul`` of one block-input ring: a [b, s/t, h] input and layer 0's wq / wk / wv shards."""
+    c, t = CONFIGS[config], mesh.size()
+    g = torch.Generator().manual_seed(2)
+    shard = torch.randn(c["batch"], c["seq"] // t, c["dim"], generator=g).to(device, dtype)
+    attention = model.layers["0"].attention
+    weights = [m.weight.detach() for m in (attention.wq, attention.wk, attention.wv)]
+    return async_tp.time_gather_matmul(shard, weights, mesh, dim=1, repeats=5)
+
+
+DECOMPOSED = ("all_gather_matmul", "matmul_reduce_scatter")
+
+
 def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int, dtype: torch.dtype = torch.float32,
-               float8: bool = False) -> dict:
+               float8: bool = False, async_tp_on: bool = False, pin: bool = False) -> dict:
     """One variant on this rank: per-step times, collectives, bytes, memory (``dtype``: --torchrun --dtype;
-    ``float8``: the float8 model, with the float8 styles for ``impl="ours"``, as is for ``"single"``)."""
+    ``float8``: the float8 model, with the float8 styles for ``impl="ours"``, as is for ``"single"``;
+    ``async_tp_on``: ours, full plan, with async TP around the forward: raises unless one step moves the
+    synchronous step's bytes; ``pin``: the main thread pinned to one core after the group started)."""
     if float8 and impl == "torch":
         raise ValueError("float8 goes with impl 'ours' or 'single' (PyTorch's float8 TP needs torchao)")
+    if async_tp_on and (impl != "ours" or plan != "full"):
+        raise ValueError("async TP goes with impl 'ours' and plan 'full' (the vanilla plan has nothing to decompose)")
     device = current_device()
     model, tokens, labels = build(config, float8)
     model, tokens, labels = model.to(device, dtype), tokens.to(device), labels.to(device)
-    loss_ctx = contextlib.nullcontext
+    loss_ctx, mesh = contextlib.nullcontext, None
     if impl == "ours":
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
         if plan == "gathered":  # the full plan, but the output layer gathers the logits (no loss_parallel)
@@ -206,24 +279,45 @@ def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int, dtype
             from torch.distributed.tensor.parallel import loss_parallel
             loss_ctx = loss_parallel
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    pinned = pin_compute_thread() if pin else {"cores": _cores()}  # pinned after every group exists
 
-    def step():
+    def step(fused: bool = async_tp_on):
         with loss_ctx():
-            loss = llama_loss(model(tokens), labels)
+            with async_tp.enable_async_tp(mesh) if fused else contextlib.nullcontext():
+                out = model(tokens)  # the backward follows what the forward chose
+            loss = llama_loss(out, labels)
             loss.backward()  # PyTorch's loss_parallel needs the backward inside
         opt.step()
         opt.zero_grad(set_to_none=True)
 
     step()  # compile-free warm-up of every path
-    counts, nbytes, float8_bytes = {}, 0, 0
-    formula_rows = impl == "ours" and plan in ("vanilla", "full") and not float8  # the formula is high precision's
+    counts, nbytes, float8_bytes, extra = {}, 0, 0, {}
+    formula_rows = (impl == "ours" and plan in ("vanilla", "full") and not float8  # the formula is high precision's
+                    and not async_tp_on and not pin)
     layer_saved = _layer_saved_bytes(model, step) if formula_rows else 0
+    if async_tp_on:  # the synchronous step's collectives, to hold the decomposed step's bytes against
+        with CommDebugMode() as sync_comm:
+            step(fused=False)
     if impl == "ours":
         with CommDebugMode() as comm:
             saved = _saved_bytes(step)
         counts = comm.get_comm_counts()
         nbytes = sum(b for op, b in comm.get_comm_bytes().items() if op != "all_reduce")  # like for like
         float8_bytes = sum(r.bytes for r in comm.records if r.op != "all_reduce" and r.dtype.startswith("float8"))
+        extra["total_bytes"] = comm.get_total_bytes()
+        if async_tp_on:
+            missing = [op for op in DECOMPOSED if op not in counts]
+            if missing:
+                raise RuntimeError(f"async TP: no {', '.join(missing)} in the step's collectives {counts}")
+            if comm.get_total_bytes() != sync_comm.get_total_bytes():
+                raise RuntimeError(f"async TP moved {comm.get_total_bytes():,} bytes per rank in one step, the "
+                                   f"synchronous step {sync_comm.get_total_bytes():,}: {comm.get_comm_bytes()} against "
+                                   f"{sync_comm.get_comm_bytes()}")
+            extra.update(sync_counts=sync_comm.get_comm_counts(), sync_total_bytes=sync_comm.get_total_bytes())
+            if device.type == "cpu":  # perf_counter timings; on a GPU the ring's times need CUDA events
+                with Timeline() as tl:
+                    step()
+                extra["ring"] = ring_waits(tl.intervals)
     elif impl == "torch":
         from torch.distributed.tensor.debug import CommDebugMode as TorchComm
         with TorchComm() as comm, TorchCommBytes() as weigh:
@@ -243,13 +337,18 @@ def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int, dtype
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     times = times[warmup:]
+    if async_tp_on and device.type == "cpu":  # after the timed steps: one block-input ring, fused and apart
+        extra["overlap"] = block_ring_overlap(model, config, mesh, dtype, device)
     everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, times)  # plain torch.distributed: bookkeeping
-    slowest = [max(ts[i] for ts in everyone) for i in range(len(times))]
+    dist.all_gather_object(everyone, (times, extra.get("overlap"), extra.get("ring")))  # plain torch.distributed
+    slowest = [max(ts[i] for ts, _, _ in everyone) for i in range(len(times))]
+    if "overlap" in extra:  # the ring of the rank whose fused ring took longest; the longest waits
+        extra["overlap"] = max((o for _, o, _ in everyone), key=lambda o: o["fused"])
+        extra["ring"] = max((r for _, _, r in everyone), key=lambda r: r["wait_s"])
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"median_s": statistics.median(slowest), "counts": counts, "bytes": nbytes, "saved": saved, "rss_mb": rss_mb,
             "tokens_per_s": tokens.numel() / statistics.median(slowest), "layer_saved": layer_saved,
-            "float8_bytes": float8_bytes}
+            "float8_bytes": float8_bytes, "pinned": pinned, **extra}
 
 
 def variants(quick: bool):
@@ -263,22 +362,45 @@ def variants(quick: bool):
 # float32 model converted to float8; its rows sit in a table of their own (report.py).
 IMPLS = (("ours", "ours", False), ("torch", "torch", False), ("ours float8", "ours", True))
 SINGLES = (("single", False), ("single float8", True))
+# Async rows (full plan, async_configs()): row label -> (async TP on, main thread pinned).  "ours" (in IMPLS)
+# is their synchronous reference; the pinned pair runs on 2 ranks only (2 cores here: one for compute).
+ASYNC = {"ours async": (True, False), "ours pinned": (False, True), "ours async pinned": (True, True)}
+SYNC_OF = {"ours async": "ours", "ours async pinned": "ours pinned"}
+
+
+def async_configs(quick: bool) -> list[str]:
+    return ["small"] if quick else ["medium"]
+
+
+def async_variants(plan: str, world: int) -> list[str]:
+    """The async-section labels launched next to ours (full plan): pinned ones on 2 ranks, with a core to spare."""
+    if plan != "full":
+        return []
+    return [lab for lab, (_, pin) in ASYNC.items() if not pin or (world == 2 and _cores() >= 2)]
 
 
 def run(args) -> list[dict]:
     rows = {}
     steps, warmup, repeats = (3, 1, 2) if args.quick else (5, 1, 3)
     singles = {}
+    only = getattr(args, "async_only", False)
+    chosen = [args.config] if only else async_configs(args.quick)
+    todo = [(c, "full", w) for c in chosen for w in (2, 4)] if only else list(variants(args.quick))
     for rep in range(repeats):
-        for config, plan, world in variants(args.quick):
-            for label, impl, float8 in IMPLS:
-                res = launch(rank_bench, world, config, plan, impl, steps if config == "small" else 2, warmup,
-                             torch.float32, float8, timeout=600)[0]
+        for config, plan, world in todo:
+            n = steps if config == "small" else 2
+            for label, impl, float8 in (IMPLS[:1] if only else IMPLS):
+                res = launch(rank_bench, world, config, plan, impl, n, warmup, torch.float32, float8, timeout=600)[0]
                 rows.setdefault((config, plan, world, label), []).append(res)
-            if plan == "full" and rep == 0:
+            for label in (async_variants(plan, world) if config in chosen else []):
+                fused, pin = ASYNC[label]
+                res = launch(rank_bench, world, config, plan, "ours", n, warmup, torch.float32, False, fused, pin,
+                             timeout=600)[0]
+                rows.setdefault((config, plan, world, label), []).append(res)
+            if plan == "full" and rep == 0 and not only:
                 res = launch(rank_bench, world, config, "gathered", "ours", 1, 0, timeout=600)[0]
                 rows[(config, "gathered", world, "ours")] = [res]
-        for config in {c for c, _, _ in variants(args.quick)}:
+        for config in ({c for c, _, _ in todo} if not only else ()):
             for label, float8 in SINGLES:
                 res = launch(rank_bench, 1, config, "none", "single", steps if config == "small" else 2, warmup,
                              torch.float32, float8, threads=2, timeout=600)[0]
@@ -288,18 +410,38 @@ def run(args) -> list[dict]:
 
 
 def summarize(rows, singles) -> list[dict]:
-    """One dict per (config, plan, ranks, impl); impl is "ours", "torch", "ours float8", "single",
-    "single float8" (plan "-", 1 rank).  ``singles`` is keyed by (config, impl)."""
+    """One dict per (config, plan, ranks, impl); impl is "ours", "torch", "ours float8", "ours async",
+    "ours pinned", "ours async pinned", "single", "single float8" (plan "-", 1 rank).  ``singles`` is
+    keyed by (config, impl).  Raises if an async row's step moved other bytes than its synchronous row's."""
     out = []
     for (config, plan, world, impl), results in rows.items():
         best = min(results, key=lambda r: r["median_s"])
         formula = plan in ("vanilla", "full") and impl == "ours"
-        out.append({"config": config, "plan": plan, "world": world, "impl": impl,
-                    "median_ms": 1000 * statistics.median(r["median_s"] for r in results),
-                    "counts": best["counts"], "bytes": best["bytes"], "float8_bytes": best.get("float8_bytes", 0),
-                    "saved_mb": best["saved"] / 2**20, "layer_saved": best.get("layer_saved", 0),
-                    "layer_formula": activation_formula(config, plan, world) if formula else 0,
-                    "rss_mb": max(r["rss_mb"] for r in results)})
+        row = {"config": config, "plan": plan, "world": world, "impl": impl,
+               "median_ms": 1000 * statistics.median(r["median_s"] for r in results),
+               "counts": best["counts"], "bytes": best["bytes"], "float8_bytes": best.get("float8_bytes", 0),
+               "saved_mb": best["saved"] / 2**20, "layer_saved": best.get("layer_saved", 0),
+               "layer_formula": activation_formula(config, plan, world) if formula else 0,
+               "rss_mb": max(r["rss_mb"] for r in results),
+               "repeats_ms": [1000 * r["median_s"] for r in results],
+               "spread": max(r["median_s"] for r in results) / min(r["median_s"] for r in results) - 1}
+        for key in ("total_bytes", "pinned", "sync_counts", "sync_total_bytes"):
+            if key in best:
+                row[key] = best[key]
+        if any("overlap" in r for r in results):  # each the slowest rank's; the repeat in the middle, whole
+            overlaps = sorted((r["overlap"] for r in results if "overlap" in r), key=lambda o: o["fused"])
+            rings = sorted((r["ring"] for r in results if "ring" in r), key=lambda x: x["wait_s"])
+            row["overlap"] = overlaps[(len(overlaps) - 1) // 2]
+            if rings:
+                row["ring"] = rings[(len(rings) - 1) // 2]
+        out.append(row)
+    for row in out:
+        ref = SYNC_OF.get(row["impl"])
+        sync = next((r for r in out if r["impl"] == ref and (r["config"], r["plan"], r["world"]) ==
+                     (row["config"], row["plan"], row["world"])), None)
+        if sync is not None and "total_bytes" in sync and row.get("total_bytes") != sync["total_bytes"]:
+            raise RuntimeError(f"{row['impl']} {row['config']} x{row['world']}: {row.get('total_bytes')} bytes per "
+                               f"rank in one step, {ref} {sync['total_bytes']}: async TP must move the same bytes")
     for (config, impl), results in singles.items():
         out.append({"config": config, "plan": "-", "world": 1, "impl": impl,
                     "median_ms": 1000 * statistics.median(r["median_s"] for r in results), "counts": {}, "bytes": 0,
@@ -325,6 +467,12 @@ def main(argv=None) -> int:
                         help="--torchrun only: the model's dtype (default float32)")
     parser.add_argument("--float8", action="store_true",
                         help="--torchrun --impl ours only: the model converted to float8, the float8 styles")
+    parser.add_argument("--async-tp", action="store_true",
+                        help="--torchrun --impl ours --plan full only: async TP on (ring-decomposed gathers, "
+                             "scatters)")
+    parser.add_argument("--async-only", action="store_true",
+                        help="launched: only the async rows of --config (ours sync and async, full plan, 2 and 4 "
+                             "ranks, and the pinned pair on 2); prints them, writes no file")
     args = parser.parse_args(argv)
     if args.dtype is not None and not args.torchrun:
         parser.error("--dtype goes with --torchrun (the launched benchmark runs float32)")
@@ -332,21 +480,38 @@ def main(argv=None) -> int:
         parser.error("--float8 goes with --torchrun (the launched benchmark always has its float8 rows)")
     if args.float8 and args.impl != "ours":
         parser.error("--float8 goes with --impl ours (PyTorch's float8 tensor parallelism needs torchao)")
+    if args.async_tp and not args.torchrun:
+        parser.error("--async-tp goes with --torchrun (the launched benchmark always has its async rows)")
+    if args.async_tp and (args.impl != "ours" or args.plan != "full"):
+        parser.error("--async-tp goes with --impl ours --plan full (ours decomposes the full plan's gathers and "
+                     "scatters; the vanilla plan has none)")
+    if args.async_only and args.torchrun:
+        parser.error("--async-only is a launched run; under --torchrun use --async-tp")
     if args.torchrun:
         dtype_name = args.dtype or "float32"
 
         def one():
-            res = rank_bench(args.config, args.plan, args.impl, 5, 2, getattr(torch, dtype_name), args.float8)
+            res = rank_bench(args.config, args.plan, args.impl, 5, 2, getattr(torch, dtype_name), args.float8,
+                             args.async_tp)
             if dist.get_rank() == 0:
-                name = f"{args.impl} float8" if args.float8 else args.impl
+                name = args.impl + " float8" * args.float8 + " async" * args.async_tp
                 print(f"{name} {args.config} {args.plan} {dtype_name} x{dist.get_world_size()} "
                       f"({current_device().type}): {1000 * res['median_s']:.1f} ms/step, "
                       f"{res['tokens_per_s']:.0f} tokens/s, {res['counts']}, "
-                      f"gather+scatter bytes/rank {res['bytes']:,}")
+                      f"gather+scatter bytes/rank {res['bytes']:,}"
+                      + (f", total bytes/rank {res['total_bytes']:,} (the synchronous step's: "
+                         f"{res['sync_total_bytes']:,})" if args.async_tp else ""))
         run_from_env(one)
     start = time.perf_counter()
     table = run(args)
-    print(write_report(table, args.quick))
+    if args.async_only:
+        from report import async_section  # benchmarks/report.py
+
+        print("\n".join(async_section(table)))
+        for row in sorted(table, key=lambda r: (r["world"], r["impl"])):  # what the medians hide
+            print(f"{row['impl']} x{row['world']}: ms per repeat " + ", ".join(f"{ms:.0f}" for ms in row["repeats_ms"]))
+    else:
+        print(write_report(table, args.quick))
     print(f"bench took {time.perf_counter() - start:.0f} s")
     return 0
 

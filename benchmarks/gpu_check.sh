@@ -17,6 +17,9 @@
 #   d2. float8 step time of the full plan, ours only (PyTorch's float8 TP needs torchao): the bf16
 #       model with --float8 against ours in bf16 (d's run, or its own if d has none); SKIP on GPUs
 #       below compute capability 8.9 (no float8 matmuls for torch._scaled_mm)
+#   d3. async TP step time of the full plan, ours bf16: synchronous (d's run, or its own if d has none)
+#       against --async-tp (each ring step's isend / irecv on NCCL's stream, the matmuls on the compute
+#       stream); bench.py itself fails unless the async step moves the synchronous step's bytes
 # The exit status is 1 if any check FAILs, else 0. Every check has its own timeout
 # (GPU_CHECK_TIMEOUT, default 600 s) and the script goes on after a failure; a FAIL line
 # names its log and the log's last lines follow it, indented. Logs: GPU_CHECK_LOGS
@@ -39,7 +42,7 @@ BENCH_CONFIG=${BENCH_CONFIG:-medium}
 FAILED=0
 
 # Each check: an id and what it checks (the verdict line's words).
-IDS=(a1 a2 a3 b c d d2)
+IDS=(a1 a2 a3 b c d d2 d3)
 declare -A WHAT=(
   [a1]="a1. demo, full plan, float64, under torchrun"
   [a2]="a2. demo, vanilla plan, float64, under torchrun"
@@ -48,6 +51,7 @@ declare -A WHAT=(
   [c]="c. host syncs in a training step (gpu_sync_check.py)"
   [d]="d. bf16 step time, full plan, ours vs PyTorch's TP (bench.py --torchrun)"
   [d2]="d2. float8 step time, full plan, bf16 model, ours float8 vs ours bf16 (bench.py --torchrun --float8)"
+  [d3]="d3. async TP step time, full plan, bf16, ours async vs ours sync (bench.py --torchrun --async-tp)"
 )
 
 skip_all() {  # every check: SKIP (why)
@@ -212,6 +216,40 @@ else
       "ours float8 $ms8 ms/step, ours bf16 $ms16 ms/step, float8/bf16 $ratio;" \
       "gather+scatter bytes/rank float8/bf16 $bratio ($((SECONDS - start)) s)"
   fi
+fi
+
+# d3: ours bf16 with async TP against ours bf16 synchronous (d's number when d measured it); a measurement,
+# no threshold. bench.py raises (a FAIL here) if the async step moves other bytes than the synchronous one.
+start=$SECONDS
+d3_ok=1
+declare -A D3
+for variant in sync async; do
+  log="$LOGS/d3-$variant.log"
+  if [ "$variant" = sync ] && [ -n "${MS[ours]:-}" ]; then
+    log="$LOGS/d-ours.log"  # d measured it already
+  else
+    extra=()
+    if [ "$variant" = async ]; then extra=(--async-tp); fi
+    timeout -k 30 "$TIMEOUT" "${TR[@]}" benchmarks/bench.py --torchrun --impl ours --plan full \
+      --config "$BENCH_CONFIG" --dtype bfloat16 ${extra[@]+"${extra[@]}"} >"$log" 2>&1
+    rc=$?
+    if [ "$rc" -ne 0 ] || [ -z "$(bench_line "$log" | cut -d' ' -f1)" ]; then
+      why="exit status $rc"
+      if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then why="timed out after $TIMEOUT s"; fi
+      if [ "$rc" -eq 0 ]; then why="exit status 0 but no ms/step line"; fi
+      fail d3 "ours $variant: $why" "$log"
+      d3_ok=0
+      break
+    fi
+  fi
+  D3[$variant]=$(bench_line "$log")
+done
+if [ "$d3_ok" -eq 1 ]; then
+  read -r msa _ <<<"${D3[async]}"
+  read -r mss _ <<<"${D3[sync]}"
+  ratio=$(awk -v a="$msa" -v b="$mss" 'BEGIN { printf "%.2f", a / b }')
+  echo "PASS ${WHAT[d3]} on $R rank(s), $BENCH_CONFIG config:" \
+    "ours async $msa ms/step, ours sync $mss ms/step, async/sync $ratio; same bytes ($((SECONDS - start)) s)"
 fi
 
 exit "$FAILED"

@@ -1,4 +1,5 @@
-"""The six collectives, on any tensor dim, with uneven (``torch.chunk``) shards.
+"""The six collectives, on any tensor dim, with uneven (``torch.chunk``) shards, and the
+ring step that async TP builds its decomposed collectives from.
 
 Only the transition table (:mod:`tensorplay_edu.transition`) and ``distribute_tensor``
 call these: they are the only places in the package that communicate.  Each one
@@ -147,6 +148,31 @@ def all_to_all(x: torch.Tensor, src_dim: int, dst_dim: int, src_sizes: list[int]
     out = torch.cat(pieces, dim=src_dim).narrow(dst_dim, 0, dst_sizes[rank]).contiguous()
     debug.record("all_to_all", x.shape, x.dtype, t, (t - 1) * send[0].numel() * send.element_size(), group)
     return out
+
+
+class RingStep:
+    """One step of a ring in flight: ``wait()`` returns what arrived from the previous rank."""
+
+    def __init__(self, works, sending: torch.Tensor, arriving: torch.Tensor):
+        self.works, self.sending, self.arriving = works, sending, arriving  # keep both alive until done
+
+    def wait(self) -> torch.Tensor:
+        for work in self.works:
+            work.wait()
+        return self.arriving
+
+
+@torch.no_grad()
+def ring_shift(x: torch.Tensor, recv_shape, rank: int, group) -> RingStep:
+    """Send ``x`` to the next rank of the group's ring and receive a ``recv_shape`` tensor from
+    the previous one, without waiting: the caller computes meanwhile (the decomposed collectives
+    of :mod:`tensorplay_edu.parallel.async_tp`, which record the op they replace)."""
+    t = dist.get_world_size(group)
+    after, before = dist.get_global_rank(group, (rank + 1) % t), dist.get_global_rank(group, (rank - 1) % t)
+    sending, arriving = x.contiguous(), x.new_empty(recv_shape)
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, _wire(sending), after, group),
+                                    dist.P2POp(dist.irecv, _wire(arriving), before, group)])
+    return RingStep(works, sending, arriving)
 
 
 @torch.no_grad()

@@ -1,11 +1,13 @@
-"""Pictures of layouts: what each rank holds, what a collective moves, what flows through
-a parallelized model, and what CommDebugMode counted.  Matplotlib only; every function
-returns the Figure (tests read its patches and texts).
+"""Pictures of layouts: what each rank holds and what a collective moves (this file), and
+what a run did: the flow through a parallelized model, what CommDebugMode counted, the
+timeline (:mod:`tensorplay_edu.viz_runs`, reachable here under the same names).
+Matplotlib only; every function returns the Figure (tests read its patches and texts).
 
 Colours: rank r is ``RANK_COLORS[r]``; a block held whole by several ranks (Replicate)
 is grey and names its ranks; a Partial block is hatched and says "pending sum".  A float8
 piece (a ``float8_e4m3fn`` / ``float8_e5m2`` tensor or collective, 1 byte per element) is
 drawn in a gold box with a dashed edge and tagged ``e4m3`` / ``e5m2``: :data:`FLOAT8_STYLE`.
+In a timeline, compute is dark teal and transfers pale teal (:data:`LANE_COLORS`, not rank colours).
 """
 
 from __future__ import annotations
@@ -13,46 +15,18 @@ from __future__ import annotations
 import itertools
 
 import matplotlib.pyplot as plt
-import torch
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from .debug import CommDebugMode
-from .dtensor import DTensor
 from .placement import Partial, Replicate, Shard, chunk_offset, chunk_sizes, normalize
 from .transition import TABLE
+# the palette and labels are part of viz's interface; the pictures of runs are reachable here too
+from .viz_runs import draw_comm_chart, draw_flow, draw_timeline, trace_flow  # noqa: F401
+from .viz_style import (  # noqa: F401
+    FLOAT8_COLOR, FLOAT8_STYLE, LANE_COLORS, PARTIAL_HATCH, RANK_COLORS, SHARED_COLOR, comm_label, float8_tag)
 
 __all__ = ["RANK_COLORS", "SHARED_COLOR", "FLOAT8_COLOR", "FLOAT8_STYLE", "float8_tag", "comm_label", "pieces",
-           "draw_layout", "draw_transition", "draw_collective", "trace_flow", "draw_flow", "draw_comm_chart"]
-
-RANK_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
-SHARED_COLOR = "#BBBBBB"
-PARTIAL_HATCH = "//"
-FLOAT8_COLOR = "#F2C14E"  # float8 pieces (not a rank colour)
-FLOAT8_STYLE = dict(boxstyle="round,pad=0.25", facecolor=FLOAT8_COLOR, edgecolor="black", linestyle="--", linewidth=1)
-_FLOAT8_TAGS = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2", "float8_e4m3fnuz": "e4m3fnuz",
-                "float8_e5m2fnuz": "e5m2fnuz"}
-
-
-def float8_tag(x) -> str | None:
-    """``"e4m3"`` / ``"e5m2"`` (...) when ``x`` (a dtype, a dtype's name, or a label naming one) is
-    float8, else None."""
-    if isinstance(x, torch.dtype):
-        x = str(x).replace("torch.", "")
-    words = str(x).replace(",", " ").split()
-    for word in words:
-        if word in _FLOAT8_TAGS:
-            return _FLOAT8_TAGS[word]
-        if word in _FLOAT8_TAGS.values():
-            return word
-    return None
-
-
-def comm_label(record) -> str:
-    """A :class:`~tensorplay_edu.debug.CommRecord` as a short label: its op, then the float8
-    format it moved (``"all_gather e4m3"``) and ``"(scalar)"`` for a one-number collective."""
-    tag = float8_tag(record.dtype)
-    return record.op + (f" {tag}" if tag else "") + (" (scalar)" if tuple(record.shape) == () else "")
-
+           "draw_layout", "draw_transition", "draw_collective", "trace_flow", "draw_flow", "draw_comm_chart",
+           "LANE_COLORS", "draw_timeline"]
 
 def _kind(p) -> str:
     return type(p).__name__
@@ -208,99 +182,3 @@ def draw_collective(op: str, world_size: int = 4, shape=(8, 8)):
         raise ValueError(f"draw_collective: op must be one of {sorted(_COLLECTIVES)}, got {op!r}")
     src, dst = _COLLECTIVES[op]
     return draw_transition(shape, src, dst, world_size, backward=False, title=f"{op}: {src} -> {dst}")
-
-
-def _describe_value(x) -> str:
-    scaled = getattr(x, "scaled", None)  # a float8 module input (tensorplay_edu.float8's Float8Input)
-    if scaled is not None and isinstance(getattr(scaled, "data", None), torch.Tensor):
-        return f"Float8Input {float8_tag(scaled.data.dtype) or scaled.data.dtype} {list(scaled.data.shape)}"
-    if isinstance(x, torch.Tensor) and float8_tag(x.dtype):
-        return f"tensor {float8_tag(x.dtype)} {list(x.shape)}"
-    if isinstance(x, DTensor):
-        return f"DTensor {','.join(map(str, x.placements))} {list(x.shape)}"
-    if isinstance(x, torch.Tensor):
-        return f"tensor {list(x.shape)}"
-    if isinstance(x, (tuple, list)) and x:
-        return _describe_value(x[0])
-    return type(x).__name__
-
-
-def trace_flow(model, *inputs, depth: int = 3) -> list[tuple[str, str, str, str]]:
-    """Run ``model(*inputs)`` once (inside a rank) and list, for each module down to
-    ``depth`` dots, what it received and returned and the collectives issued under it
-    (forward; :func:`comm_label`: float8 ones name their format, ``"all_gather e4m3"``).
-    Plain strings: return them from the rank and draw with :func:`draw_flow`."""
-    rows, handles = [], []
-    for name, module in model.named_modules():
-        if name.count(".") >= depth or not name:
-            continue
-
-        def hook(mod, args, out, name=name):
-            rows.append([name, _describe_value(args[0] if args else None), _describe_value(out)])
-
-        handles.append(module.register_forward_hook(hook))
-    with CommDebugMode() as comm:
-        model(*inputs)
-    for h in handles:
-        h.remove()
-    for row in rows:
-        ops = [comm_label(r) for r in comm.records
-               if r.module == getattr(model.get_submodule(row[0]), "_tp_fqn", row[0])]
-        row.append(", ".join(ops))
-    return [tuple(r) for r in rows]
-
-
-def draw_flow(steps, title=None):
-    """The layouts through a model: ``steps`` is a list of ``(module, input layout, output
-    layout, collectives)`` rows (strings), top to bottom, e.g. from a traced forward.
-
-    A layout or a collective naming a float8 format (``e4m3``, ``e5m2``, ``float8_e4m3fn``...)
-    is drawn in a gold dashed box (:data:`FLOAT8_STYLE`); a float8 collective is tagged
-    ``1 B/elem``, and a note under the rows says what the box means.
-    """
-    n = len(steps)
-    any_float8 = any(float8_tag(text) for step in steps for text in step[1:])
-    fig, ax = plt.subplots(figsize=(9, 0.9 * n + 0.8 + (0.3 if any_float8 else 0)))
-    ax.axis("off")
-    for i, (module, layout_in, layout_out, comms) in enumerate(steps):
-        y = n - i - 0.5
-        ax.add_patch(Rectangle((0.3, y - 0.3), 0.4, 0.6, facecolor="#E8EEF7", edgecolor="black"))
-        ax.text(0.5, y, module, ha="center", va="center", fontsize=9, weight="bold")
-        for x, ha, layout in ((0.28, "right", layout_in), (0.72, "left", layout_out)):
-            ax.text(x, y, layout, ha=ha, va="center", fontsize=8, bbox=FLOAT8_STYLE if float8_tag(layout) else None)
-        lines = [c for c in comms.split(", ") if c] if comms else []
-        if lines and not any(float8_tag(c) for c in lines):  # one collective per line, in the right margin
-            ax.text(1.0, y, comms.replace(", ", "\n"), ha="left", va="center", fontsize=8, color="#C44E52")
-        else:  # one text per collective, the float8 ones boxed and tagged
-            for j, c in enumerate(lines):
-                yj = y + 0.22 * ((len(lines) - 1) / 2 - j)
-                f8 = float8_tag(c)
-                ax.text(1.0, yj, f"{c}  1 B/elem" if f8 else c, ha="left", va="center", fontsize=8,
-                        color="black" if f8 else "#C44E52", bbox=FLOAT8_STYLE if f8 else None)
-    ax.set_xlim(0, 1)
-    ax.set_ylim(-0.45 if any_float8 else 0, n)
-    if any_float8:
-        ax.text(0.5, -0.3, "float8 (e4m3 forward, e5m2 gradients): 1 byte per element", ha="center", va="center",
-                fontsize=8, bbox=FLOAT8_STYLE)
-    ax.set_title(title or "layouts in -> module -> layouts out   (collectives in red)", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def draw_comm_chart(records, title=None):
-    """Bytes each rank sent, per module and op, forward and backward side by side."""
-    keys = sorted({(r.module or "-", r.op) for r in records})
-    fwd = [sum(r.bytes for r in records if (r.module or "-", r.op) == k and r.phase == "forward") for k in keys]
-    bwd = [sum(r.bytes for r in records if (r.module or "-", r.op) == k and r.phase == "backward") for k in keys]
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(keys) + 1.5))
-    ys = range(len(keys))
-    ax.barh([y + 0.2 for y in ys], fwd, height=0.4, color="#4C72B0", label="forward")
-    ax.barh([y - 0.2 for y in ys], bwd, height=0.4, color="#C44E52", label="backward")
-    ax.set_yticks(list(ys))
-    ax.set_yticklabels([f"{m}  {op}" for m, op in keys], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("bytes sent per rank")
-    ax.legend(fontsize=8)
-    ax.set_title(title or f"{len(records)} collectives, {sum(r.bytes for r in records):,} bytes per rank", fontsize=10)
-    fig.tight_layout()
-    return fig

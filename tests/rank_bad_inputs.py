@@ -73,6 +73,12 @@ def _float8_styles():
     return float8_tensor_parallel
 
 
+def _ring_input():
+    from tensorplay_edu.parallel.async_tp import RingInput
+
+    return RingInput(torch.ones(1, 2, 4), _mesh(), 1, [2] * dist.get_world_size(), [nn.Linear(4, 4)], "owner")
+
+
 def _in_loss_parallel(fn):
     def run():
         with loss_parallel():
@@ -198,6 +204,8 @@ CASES = {
     "PrepareFloat8ModuleInput without float8 readers": (
         lambda: lambda: parallelize_module(nn.Sequential(nn.Linear(4, 4)), _mesh(), _float8_styles().PrepareFloat8ModuleInput(
             input_layouts=Shard(1), desired_input_layouts=Replicate())), ValueError, ["Float8Linear", "Sequential"]),
+    "async TP input read by a non-Colwise module": (
+        lambda: lambda: _ring_input().output_for(nn.Linear(4, 4)), RuntimeError, ["async TP", "ColwiseParallel"]),
     "init_device_mesh shape against the world": (
         lambda: lambda: init_device_mesh("cpu", (dist.get_world_size() + 1,)), ValueError, ["mesh_shape"]),
     "mesh dimension name": (

@@ -240,8 +240,21 @@ def _checkpointed(model, mesh):
     return model
 
 
+class _AsyncTP:
+    """The model called with async TP on (the decomposed collectives are chosen in forward)."""
+
+    def __init__(self, model, mesh):
+        self.model, self.mesh = model, mesh
+
+    def __call__(self, *args):
+        from tensorplay_edu.parallel.async_tp import enable_async_tp
+
+        with enable_async_tp(self.mesh):
+            return self.model(*args)
+
+
 WRAPS = {
-    None: None, "ddp": _ddp, "checkpoint": _checkpointed,
+    None: None, "ddp": _ddp, "checkpoint": _checkpointed, "async": _AsyncTP,
     "compile": lambda model, mesh: torch.compile(model),
     "compile-aot": lambda model, mesh: torch.compile(model, backend="aot_eager"),
     "compile-ddp": lambda model, mesh: torch.compile(_ddp(model, mesh), backend="aot_eager"),

@@ -38,22 +38,29 @@ def step_counts(plan: str, n_layers: int, apply=None) -> dict:
             "optimizer": opt_comm.get_total_counts(), "modules": sorted({r.module for r in comm.records})}
 
 
-def seed_apply_tp(source: str | None, float8: bool = False):
+def exec_apply_tp(source: str | None):
     """torchtitan's apply_tp: the seed's text exec'd with only its imports replaced by ours,
     or (``source=None``) the package's own, tensorplay_edu.models.apply_tp."""
     if source is None:
         from tensorplay_edu.models import apply_tp
-    else:
-        header = (
-            "import logging\nimport torch\nfrom torch import nn\n"
-            "from tensorplay_edu import DeviceMesh, Replicate, Shard\n"
-            "from tensorplay_edu.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,\n"
-            "    SequenceParallel, parallelize_module)\nlogger = logging.getLogger('apply_tp')\n")
-        source = source.replace("from torchao.float8.float8_tensor_parallel import",  # its one import inside
-                                "from tensorplay_edu.float8.float8_tensor_parallel import")
-        namespace: dict = {}
-        exec(compile(header + source, "seed_apply_tp", "exec"), namespace)
-        apply_tp = namespace["apply_tp"]
+        return apply_tp
+    header = (
+        "import logging\nimport torch\nfrom torch import nn\n"
+        "from tensorplay_edu import DeviceMesh, Replicate, Shard\n"
+        "from tensorplay_edu.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,\n"
+        "    SequenceParallel, parallelize_module)\nlogger = logging.getLogger('apply_tp')\n")
+    source = source.replace("from torchao.float8.float8_tensor_parallel import",  # its imports inside the function
+                            "from tensorplay_edu.float8.float8_tensor_parallel import").replace(
+        "from torch.distributed._symmetric_memory import enable_symm_mem_for_group",
+        "from tensorplay_edu.parallel.async_tp import enable_symm_mem_for_group")
+    namespace: dict = {}
+    exec(compile(header + source, "seed_apply_tp", "exec"), namespace)
+    return namespace["apply_tp"]
+
+
+def seed_apply_tp(source: str | None, float8: bool = False):
+    """apply_tp(model, mesh) as torchtitan calls it for plain TP (float8 as asked)."""
+    apply_tp = exec_apply_tp(source)
     return lambda model, mesh: apply_tp(model, mesh, loss_parallel=False, enable_float8_tensorwise_tp=float8,
                                         enable_async_tp=False)
 

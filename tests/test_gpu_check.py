@@ -12,7 +12,7 @@ import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CHECKS = ("a1.", "a2.", "a3.", "b.", "c.", "d.", "d2.")
+CHECKS = ("a1.", "a2.", "a3.", "b.", "c.", "d.", "d2.", "d3.")
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: run make gpu-check itself")
 
 

@@ -150,3 +150,44 @@ def test_trace_flow_names_float8_inputs_and_collectives():
     assert rows["layers.0.attention.wq"] == ("Float8Input e4m3 [2, 8, 16]", "tensor [2, 8, 8]", "all_reduce (scalar)")
     assert rows["layers.0.attention.wo"][2] == "all_reduce (scalar), all_reduce (scalar), reduce_scatter"
     assert rows["output"][2] == "all_gather"  # high precision: no tag
+
+
+def test_timeline_lanes_bars_and_labels():
+    """Two ranks, a compute and a transfer lane each; bars in ms, coloured by kind (not by rank), the rank
+    colour only on the strip marking its lanes; a label where it fits, the chunk number where only that fits."""
+    from tensorplay_edu.timeline import Interval
+    from tensorplay_edu.viz import LANE_COLORS, draw_timeline
+
+    per_rank = [[Interval("compute", "chunk 0", 0.0, 0.004), Interval("transfer", "chunk 1", 0.0, 0.005),
+                 Interval("compute", "chunk 1", 0.005, 0.009)],
+                [("compute", "chunk 1", 0.0, 0.004), ("transfer", "chunk 0", 0.0, 0.005),  # plain tuples from ranks
+                 ("compute", "chunk 0", 0.005, 0.0052), ("compute", "chunk 7", 0.0095, 0.00951)]]
+    fig = draw_timeline(per_rank, title="ring")
+    ax = fig.axes[0]
+    compute, transfer = LANE_COLORS["compute"].lower(), LANE_COLORS["transfer"].lower()
+    assert compute != transfer and not {compute, transfer} & {c.lower() for c in RANK_COLORS}
+    assert _colors(ax) == [RANK_COLORS[0].lower(), compute, transfer, compute,
+                           RANK_COLORS[1].lower(), compute, transfer, compute, compute]
+    bars = [p for p in ax.patches if mcolors.to_hex(p.get_facecolor()) in (compute, transfer)]
+    assert [(round(b.get_x(), 6), round(b.get_width(), 6)) for b in bars[:3]] == [(0, 4), (0, 5), (5, 4)]  # ms
+    lanes = {t.get_text(): y for t, y in zip(ax.get_yticklabels(), ax.get_yticks())}
+    assert list(lanes) == ["rank 0 compute", "rank 0 transfer", "rank 1 compute", "rank 1 transfer"]
+    assert lanes["rank 0 compute"] > lanes["rank 0 transfer"] > lanes["rank 1 compute"] > lanes["rank 1 transfer"]
+    assert [b.get_y() + 0.4 for b in bars[:3]] == [lanes["rank 0 compute"], lanes["rank 0 transfer"],
+                                                    lanes["rank 0 compute"]]
+    # 0.2 ms has room for "0" only; 0.01 ms for nothing
+    assert _texts(ax) == ["chunk 0", "chunk 1", "chunk 1", "chunk 1", "chunk 0", "0"]
+    assert ax.get_xlabel() == "time (ms)" and ax.get_title(loc="left") == "ring"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["compute", "transfer"]
+    assert min(t.get_fontsize() for t in ax.texts + ax.get_yticklabels()) >= 8
+    with pytest.raises(ValueError, match="kinds must be"):
+        draw_timeline([[("wait", "x", 0.0, 1.0)]])
+
+
+def test_viz_modules_import_in_any_order():
+    # A rank unpickles tensorplay_edu.viz_runs.trace_flow before anything imported viz: no import cycle.
+    import subprocess
+    import sys
+    for first in ("tensorplay_edu.viz_runs", "tensorplay_edu.viz_style", "tensorplay_edu.viz"):
+        code = f"import {first}; import tensorplay_edu.viz as v; assert v.draw_comm_chart and v.RANK_COLORS"
+        subprocess.run([sys.executable, "-c", code], check=True)

@@ -27,7 +27,8 @@ from torch.autograd.function import once_differentiable
 
 from .. import debug
 from ..parallel.style import fqn
-from ..placement import Partial, Replicate, Shard
+from ..parallel.async_tp import is_async, ring_gather, ring_reduce_scatter
+from ..placement import Partial, Replicate, Shard, chunk_offset, chunk_sizes
 from ..transition import redistribute_local
 from .scaling import E4M3, E5M2, Scaled, quantize
 
@@ -99,41 +100,96 @@ def _pad(x: torch.Tensor, dim: int, multiple: int) -> torch.Tensor:
 
 
 class _Float8Linear(torch.autograd.Function):
-    """``y = x @ W^T`` in float8 (then reduced over TP ranks if ``spec.reduce``); backward in float8."""
+    """``y = x @ W^T`` in float8 (then reduced over TP ranks if ``spec.reduce``); backward in float8.
+
+    With a sequence-sharded ``reduce`` under async TP the reduce-scatter runs as a ring fused
+    with the matmul, and its backward as a ring of e5m2 gradient chunks (``async_tp.py``)."""
 
     @staticmethod
     def forward(ctx, x, weight, x8: Scaled | None, spec: Float8Spec):
         x8 = x8 if x8 is not None else quantize(x, E4M3, spec.input_cut)  # [.., in]
         w8 = quantize(weight, E4M3, spec.weight_cut)  # [out, in] (a shard: its amax is global)
         lead, k = x8.data.shape[:-1], x8.data.shape[-1]
-        y = float8_mm(x8.data.reshape(-1, k), x8.scale, w8.data.t(), w8.scale, x.dtype, spec.emulate)
-        y = y.view(*lead, -1)  # [.., out]
-        if spec.reduce is not None:  # Float8RowwiseParallel: g (all-reduce) or reduce-scatter, in high precision
-            mesh, dst = spec.reduce
-            y = redistribute_local(y, mesh, (Partial(),), (dst,), y.shape)
+
+        def rows_times_w(rows: torch.Tensor) -> torch.Tensor:  # [.., in] float8 -> [.., out]
+            out = float8_mm(rows.reshape(-1, k), x8.scale, w8.data.t(), w8.scale, x.dtype, spec.emulate)
+            return out.view(*rows.shape[:-1], -1)
+
+        mesh, dst = spec.reduce if spec.reduce is not None else (None, None)
+        dst = dst.normalized(x8.data.ndim) if isinstance(dst, Shard) else dst
+        ctx.ring = isinstance(dst, Shard) and is_async(mesh)
+        if ctx.ring:  # matmul -> reduce-scatter as one ring, chunk by chunk
+            y = matmul_reduce_scatter(lambda rows: rows_times_w(rows), x8.data, dst.dim, w8.data.shape[0], mesh)
+        else:
+            y = rows_times_w(x8.data)  # [.., out]
+            if spec.reduce is not None:  # Float8RowwiseParallel: g (all-reduce) or reduce-scatter, high precision
+                y = redistribute_local(y, mesh, (Partial(),), (dst,), y.shape)
         ctx.save_for_backward(x8.data, x8.scale, w8.data, w8.scale)
-        ctx.spec, ctx.full_shape, ctx.dtypes = spec, (*lead, w8.data.shape[0]), (x.dtype, weight.dtype)
-        ctx.module = debug.current_module()
+        ctx.spec, ctx.dst, ctx.full_shape = spec, dst, (*lead, w8.data.shape[0])
+        ctx.dtypes, ctx.module = (x.dtype, weight.dtype), debug.current_module()
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, gy):
         x_data, x_scale, w_data, w_scale = ctx.saved_tensors
-        spec, (x_dtype, w_dtype) = ctx.spec, ctx.dtypes
+        spec, dst, (x_dtype, w_dtype) = ctx.spec, ctx.dst, ctx.dtypes
+
+        def grads_of(g: torch.Tensor, g_scale, x_rows: torch.Tensor):  # float8 [.., out], [.., in] -> hp
+            g2, x2 = g.reshape(-1, w_data.shape[0]), x_rows.reshape(-1, x_rows.shape[-1])
+            grad_x = float8_mm(g2, g_scale, w_data, w_scale, x_dtype, spec.emulate).view(x_rows.shape)
+            return grad_x, float8_mm(g2.t(), g_scale, x2, x_scale, w_dtype, spec.emulate)  # [.., in], [out, in]
+
         with debug.backward_scope(ctx.module):
-            if spec.reduce is not None and isinstance(spec.reduce[1], Shard):  # gy: this rank's slice of it
-                mesh, dst = spec.reduce
-                g8 = quantize(gy, E5M2, (mesh, (0,)))  # cast while sharded (global amax) ...
+            if isinstance(dst, Shard):  # gy: this rank's slice: cast while sharded (global amax), gather in e5m2
+                mesh = spec.reduce[0]
+                g8 = quantize(gy, E5M2, (mesh, (0,)))
+                if ctx.ring:
+                    return (*gather_matmul_grads(g8, x_data, dst.dim, mesh, grads_of), None, None)
                 gathered = redistribute_local(g8.data, mesh, (dst,), (Replicate(),), ctx.full_shape)
-                g8 = Scaled(gathered, g8.scale)  # ... and gathered in e5m2: 1 byte per element
+                g8 = Scaled(gathered, g8.scale)  # 1 byte per element
             else:
                 g8 = quantize(gy, E5M2, spec.grad_cut)
-        g = g8.data.reshape(-1, w_data.shape[0])  # [N, out]
-        x2 = x_data.reshape(-1, x_data.shape[-1])  # [N, in]
-        grad_x = float8_mm(g, g8.scale, w_data, w_scale, x_dtype, spec.emulate).view(x_data.shape)
-        grad_w = float8_mm(g.t(), g8.scale, x2, x_scale, w_dtype, spec.emulate)  # [out, in]
+        grad_x, grad_w = grads_of(g8.data, g8.scale, x_data)
         return grad_x, grad_w, None, None
+
+
+def matmul_reduce_scatter(rows_times_w, x: torch.Tensor, dim: int, out_features: int, mesh) -> torch.Tensor:
+    """``reduce_scatter(rows_times_w(x), dim)`` as a ring (async TP), recorded as one op."""
+    sizes = chunk_sizes(x.shape[dim], mesh.size())
+
+    def shape_of(d):
+        shape = list(x.shape[:-1]) + [out_features]
+        shape[dim] = sizes[d]
+        return shape
+
+    y, sent = ring_reduce_scatter(lambda d: rows_times_w(x.narrow(dim, chunk_offset(sum(sizes), len(sizes), d),
+                                                                  sizes[d])), shape_of, mesh)
+    debug.record("matmul_reduce_scatter", list(x.shape[:-1]) + [out_features], y.dtype, mesh.size(), sent,
+                 mesh.get_group())
+    return y
+
+
+def gather_matmul_grads(g8: Scaled, x_data: torch.Tensor, dim: int, mesh, grads_of):
+    """Backward of :func:`matmul_reduce_scatter`: the e5m2 gradient chunks travel a ring; each gives
+    rows of grad x and a term of grad W."""
+    sizes = chunk_sizes(x_data.shape[dim], mesh.size())
+    grad_x, grad_w = None, None
+
+    def consume(c, chunk):
+        nonlocal grad_x, grad_w
+        rows = x_data.narrow(dim, chunk_offset(sum(sizes), len(sizes), c), sizes[c])
+        gx, gw = grads_of(chunk, g8.scale, rows)
+        if grad_x is None:
+            grad_x = gx.new_empty(x_data.shape)
+        grad_x.narrow(dim, chunk_offset(sum(sizes), len(sizes), c), sizes[c]).copy_(gx)
+        grad_w = gw if grad_w is None else grad_w + gw
+
+    sent = ring_gather(g8.data, dim, sizes, mesh, consume)
+    full = list(g8.data.shape)
+    full[dim] = sum(sizes)
+    debug.record("all_gather_matmul", full, g8.data.dtype, mesh.size(), sent, mesh.get_group())
+    return grad_x, grad_w
 
 
 class Float8Linear(nn.Linear):

@@ -39,12 +39,13 @@ from torch.autograd.function import once_differentiable
 
 from .. import debug
 from ..dtensor import DTensor
+from ..parallel.async_tp import RingInput, _rows, is_async, ring_gather, ring_reduce_scatter
 from ..parallel.prepare import PrepareModuleInput
-from ..parallel.style import ColwiseParallel, RowwiseParallel, fqn, input_as_dtensor
+from ..parallel.style import ColwiseParallel, RowwiseParallel, fqn, input_as_dtensor, ring_input
 from ..placement import Partial, Replicate, Shard
 from ..transition import redistribute_local
-from .float8_linear import Float8Input, Float8Linear
-from .scaling import E4M3, Scaled, quantize
+from .float8_linear import Float8Input, Float8Linear, float8_mm
+from .scaling import E4M3, E5M2, Scaled, quantize
 
 __all__ = ["Float8ColwiseParallel", "Float8RowwiseParallel", "PrepareFloat8ModuleInput"]
 
@@ -74,6 +75,73 @@ class _Float8Gather(torch.autograd.Function):
         with debug.backward_scope(ctx.module):
             grad = redistribute_local(grad, ctx.mesh, (Partial(),), (ctx.src,), ctx.shape)  # [b, s/t, h]
         return grad, None, None, None
+
+
+class _Float8GatherMatmul(torch.autograd.Function):
+    """Async TP with float8 readers: the e4m3 chunks of the block input travel a ring, each
+    multiplied by every reader's float8 weight on arrival; backward, the readers' e5m2
+    gradients give the input gradient through a reduce-scatter ring (see async_tp.py)."""
+
+    @staticmethod
+    def forward(ctx, x, mesh, dim: int, sizes: list[int], specs: tuple, *weights):
+        x8 = quantize(x, E4M3, (mesh, (0,)))  # [b, s/t, h]: one global scale
+        w8s = [quantize(w, E4M3, spec.weight_cut) for w, spec in zip(weights, specs)]
+        full = list(x.shape)
+        full[dim] = sum(sizes)
+        gathered = x8.data.new_empty(full)  # float8, kept for the weight gradients
+        outs = [x.new_empty(full[:-1] + [w.shape[0]]) for w in weights]
+
+        def consume(c, chunk):  # chunk: [b, s_c, h] in e4m3
+            _rows(gathered, dim, sizes, c).copy_(chunk)
+            for out, w8, spec in zip(outs, w8s, specs):
+                y = float8_mm(chunk.reshape(-1, chunk.shape[-1]), x8.scale, w8.data.t(), w8.scale, x.dtype, spec.emulate)
+                _rows(out, dim, sizes, c).copy_(y.view(*chunk.shape[:-1], -1))
+
+        sent = ring_gather(x8.data, dim, sizes, mesh, consume)
+        debug.record("all_gather_matmul", full, x8.data.dtype, mesh.size(), sent, mesh.get_group())
+        ctx.save_for_backward(gathered, x8.scale, *[w.data for w in w8s], *[w.scale for w in w8s])
+        ctx.mesh, ctx.dim, ctx.sizes, ctx.specs, ctx.module = mesh, dim, sizes, specs, debug.current_module()
+        ctx.dtypes = (x.dtype, [w.dtype for w in weights])
+        return tuple(outs)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        gathered, x_scale, *w = ctx.saved_tensors
+        n = len(ctx.specs)
+        w_data, w_scale, (x_dtype, w_dtypes) = w[:n], w[n:], ctx.dtypes
+        mesh, dim, sizes, specs = ctx.mesh, ctx.dim, ctx.sizes, ctx.specs
+        with debug.backward_scope(ctx.module):
+            g8s = [None if g is None else quantize(g, E5M2, spec.grad_cut) for g, spec in zip(grads, specs)]
+
+            def shape_of(d):
+                shape = list(gathered.shape)
+                shape[dim] = sizes[d]
+                return shape
+
+            def produce(d):  # sum_j g_j[chunk d] @ W_j, this rank's part
+                part = torch.zeros(shape_of(d), dtype=x_dtype, device=gathered.device)
+                for g8, wd, ws, spec in zip(g8s, w_data, w_scale, specs):
+                    if g8 is not None:
+                        rows = _rows(g8.data, dim, sizes, d)
+                        part += float8_mm(rows.reshape(-1, rows.shape[-1]), g8.scale, wd, ws, x_dtype,
+                                          spec.emulate).view(shape_of(d))
+                return part
+
+            grad_x, sent = ring_reduce_scatter(produce, shape_of, mesh)
+            debug.record("matmul_reduce_scatter", gathered.shape, x_dtype, mesh.size(), sent, mesh.get_group())
+        x2 = gathered.reshape(-1, gathered.shape[-1])
+        grad_w = [None if g8 is None else float8_mm(g8.data.reshape(-1, g8.data.shape[-1]).t(), g8.scale, x2, x_scale,
+                                                   dt, spec.emulate) for g8, dt, spec in zip(g8s, w_dtypes, specs)]
+        return (grad_x, None, None, None, None, *grad_w)
+
+
+class Float8RingInput(RingInput):
+    """A RingInput whose readers are Float8Linears: the chunks travel in e4m3."""
+
+    def _run(self):
+        return _Float8GatherMatmul.apply(self.shard, self.mesh, self.dim, self.sizes,
+                                         tuple(m.float8_spec for m in self.readers), *[m.weight for m in self.readers])
 
 
 def to_float8_input(x, layout, desired, mesh) -> Float8Input:
@@ -168,4 +236,9 @@ class PrepareFloat8ModuleInput(PrepareModuleInput):
         if layout is None:
             return x
         with debug.module_scope(fqn(module)):
-            return to_float8_input(x, layout, desired, mesh)  # a Float8Input, whatever use_local_output says
+            dt = input_as_dtensor(x, mesh, layout)
+            readers = [m for m in module.modules() if getattr(m, "_tp_colwise", False)]
+            if desired == Replicate() and isinstance(dt.placements[0], Shard) and readers and is_async(mesh):
+                ring = ring_input(dt, mesh, readers, fqn(module))  # async TP: float8 chunks on the ring
+                return Float8RingInput(ring.shard, mesh, ring.dim, ring.sizes, readers, ring.owner)
+            return to_float8_input(dt, layout, desired, mesh)  # a Float8Input, whatever use_local_output says

@@ -19,7 +19,9 @@ The signature and flags are torchtitan's.  ``loss_parallel`` is accepted and unu
 as in the vanilla form (the logits come out replicated).  ``enable_float8_tensorwise_tp``
 swaps in the float8 styles (:mod:`tensorplay_edu.float8.float8_tensor_parallel`; convert the
 model with ``convert_to_float8_training`` first, leaving ``output`` in high precision);
-async TP is not part of this package yet.
+``enable_async_tp`` marks the TP group for async TP (:mod:`tensorplay_edu.parallel.async_tp`),
+which in this vanilla plan changes nothing: it has no all-gather or reduce-scatter to
+decompose, only all-reduces (PyTorch's compiler pass does nothing there either).
 """
 
 from __future__ import annotations
@@ -40,9 +42,6 @@ logger = logging.getLogger(__name__)
 def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, loss_parallel: bool, enable_float8_tensorwise_tp: bool,
              enable_async_tp: bool) -> None:
     """Tensor parallelism for a torchtitan-style Llama (``tok_embeddings``, ``layers``, ``output``)."""
-    if enable_async_tp:
-        raise NotImplementedError("apply_tp(enable_async_tp=True): tensorplay_edu has no async TP yet; "
-                                  "call it with enable_async_tp=False")
     # The edges: a vocab-parallel embedding whose partial rows are summed (all-reduce), and an
     # output layer split over the vocabulary whose logits are gathered for an ordinary loss.
     parallelize_module(model, tp_mesh, {
@@ -63,4 +62,12 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, loss_parallel: bool, enable_
             "feed_forward.w1": colwise(), "feed_forward.w3": colwise(),
             "feed_forward.w2": rowwise(),
         })
-    logger.info(f"Applied {'Float8 tensorwise ' if enable_float8_tensorwise_tp else ''}Tensor Parallelism to the model")
+    if enable_async_tp:  # torchtitan's two lines: the TP group's all-gathers and reduce-scatters run decomposed
+        import torch._inductor.config
+
+        from ..parallel.async_tp import enable_symm_mem_for_group
+
+        torch._inductor.config._micro_pipeline_tp = True
+        enable_symm_mem_for_group(tp_mesh.get_group().group_name)
+    logger.info(f"Applied {'Float8 tensorwise ' if enable_float8_tensorwise_tp else ''}"
+                f"{'Async ' if enable_async_tp else ''}Tensor Parallelism to the model")

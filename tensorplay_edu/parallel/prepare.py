@@ -17,8 +17,9 @@ from torch import nn
 from ..debug import module_scope
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
-from ..placement import Placement
-from .style import ParallelStyle, claim, fqn, to_layout
+from ..placement import Placement, Replicate, Shard
+from .async_tp import is_async
+from .style import ParallelStyle, claim, fqn, ring_input, to_layout
 
 __all__ = ["PrepareModuleInput", "PrepareModuleOutput", "PrepareModuleInputOutput"]
 
@@ -36,6 +37,10 @@ def _convert(x, layout, desired, mesh, use_local, module):
             if not isinstance(x, torch.Tensor):
                 raise AssertionError(f"expecting input to be a torch.Tensor! ('{fqn(module)}' got {type(x).__name__})")
             x = DTensor.from_local(x, mesh, [layout])
+        if desired == Replicate() and isinstance(x.placements[0], Shard) and is_async(mesh):
+            readers = [m for m in module.modules() if getattr(m, "_tp_colwise", False)]
+            if readers:  # async TP: the all-gather runs as a ring fused with the readers' matmuls
+                return ring_input(x, mesh, readers, fqn(module))
         if desired is not None:
             x = to_layout(x, desired)
     return x.to_local() if use_local else x

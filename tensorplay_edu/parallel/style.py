@@ -17,6 +17,7 @@ Rowwise, output Shard(s) (seq. par.)   reduce-scatter      all-gather
 
 from __future__ import annotations
 
+import functools
 import types
 
 import torch
@@ -27,6 +28,7 @@ from ..debug import module_scope
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Partial, Placement, Replicate, Shard, chunk_offset, chunk_sizes
+from .async_tp import MatmulReduceScatter, RingInput, is_async
 from .grad_sync import partial_gradient
 from .params import attach_own_layouts, buffers_to_mesh, distribute_param
 
@@ -150,11 +152,19 @@ class ColwiseParallel(_LinearOrEmbedding):
         dim = 0 if isinstance(module, nn.Linear) else 1
         for name, _ in list(module.named_parameters(recurse=False)):
             distribute_param(module, name, Shard(dim), mesh, self.src_data_rank)
+        if isinstance(module, nn.Linear):  # a reader of a (maybe ring-gathered, see async_tp.py) input
+            module._tp_colwise = True
+            module.forward = types.MethodType(_colwise_linear, module)
 
     def _prepare_input(self, module, inputs, mesh):
         attach_own_layouts(module)  # no-op unless the parameters were replaced (to_empty, assign=True)
+        if isinstance(inputs[0], RingInput):  # its all-gather runs fused with its readers' matmuls
+            return inputs
         with module_scope(fqn(module)):
-            x = to_layout(input_as_dtensor(inputs[0], mesh, self.input_layouts[0]), Replicate())  # [.., in]
+            x = input_as_dtensor(inputs[0], mesh, self.input_layouts[0])
+            if isinstance(module, nn.Linear) and isinstance(x.placements[0], Shard) and is_async(mesh):
+                return (ring_input(x, mesh, [module], fqn(module)),)  # async TP: gather fused with the matmul
+            x = to_layout(x, Replicate())  # [.., in]
         # x @ W_local^T: each rank's input gradient is an addend (Partial), so reading x is Megatron's f.
         # Readers of ONE DTensor share one f: hand wq/wk/wv the same DTensor (PrepareModuleInput on their
         # parent, use_local_output=False) and their gradients are summed before a single all-reduce.
@@ -185,7 +195,7 @@ class RowwiseParallel(_LinearOrEmbedding):
                 distribute_param(module, "bias", Replicate(), mesh, self.src_data_rank)
                 if self.output_layouts[0] != Replicate():  # each rank sums the bias grad over its own rows
                     partial_gradient(module.bias, mesh, f"{fqn(module)}.bias")
-            module.forward = types.MethodType(_partial_linear, module)
+            module.forward = functools.partial(_partial_linear, module, mesh, self.output_layouts[0])
         else:
             distribute_param(module, "weight", Shard(0), mesh, self.src_data_rank)
             module.forward = types.MethodType(_vocab_parallel_embedding, module)
@@ -209,8 +219,8 @@ class RowwiseParallel(_LinearOrEmbedding):
                 return _shape_with(x, -1, module.in_features)
         return None
 
-    def _prepare_output(self, module, out, mesh):  # out: [.., out], this rank's addend
-        dt = DTensor.from_local(out, mesh, [Partial()])
+    def _prepare_output(self, module, out, mesh):  # out: [.., out], this rank's addend (or reduced: async TP)
+        dt = out if isinstance(out, DTensor) else DTensor.from_local(out, mesh, [Partial()])
         bias = getattr(module, "bias", None) if isinstance(module, nn.Linear) else None
         if bias is None:
             return self._finish(dt, module)  # g: all-reduce, or reduce-scatter
@@ -232,9 +242,30 @@ class RowwiseParallel(_LinearOrEmbedding):
         return local if self.use_local_output else DTensor.from_local(local, mesh, [place], shape=dt.shape)
 
 
-def _partial_linear(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """Rowwise Linear forward: ``x_local @ W_local^T``, a partial sum; the bias comes later."""
+def _partial_linear(self: nn.Linear, mesh: DeviceMesh, output: Placement, x: torch.Tensor):
+    """Rowwise Linear forward: ``x_local @ W_local^T``, a partial sum; the bias comes later.
+
+    Under async TP with a sharded output the matmul and its reduce-scatter run as one ring
+    (async_tp.py) and come back reduced, as a DTensor."""
+    if isinstance(output, Shard) and is_async(mesh):
+        dim = output.normalized(x.ndim).dim
+        with module_scope(fqn(self)):
+            local = MatmulReduceScatter.apply(x, self.weight, mesh, dim)  # [.., s/t, out]
+        return DTensor.from_local(local, mesh, [Shard(dim)])
     return F.linear(x, self.weight)  # [.., in/t] @ [out, in/t]^T -> [.., out]
+
+
+def _colwise_linear(self: nn.Linear, x) -> torch.Tensor:
+    """A Colwise Linear's forward: its own, or its output from a ring-fused all-gather (async TP)."""
+    if isinstance(x, RingInput):
+        return x.output_for(self)
+    return type(self).forward(self, x)
+
+
+def ring_input(x: DTensor, mesh: DeviceMesh, readers: list, owner: str) -> RingInput:
+    """A sequence-sharded DTensor, to be gathered by a ring fused with ``readers``' matmuls."""
+    dim = x.placements[0].dim
+    return RingInput(x.to_local(), mesh, dim, chunk_sizes(x.shape[dim], mesh.size()), readers, owner)
 
 
 def _vocab_parallel_embedding(self: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:

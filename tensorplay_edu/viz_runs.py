@@ -1,0 +1,153 @@
+"""Pictures of what a run did: the layouts flowing through a parallelized model
+(:func:`trace_flow` / :func:`draw_flow`), the collectives CommDebugMode counted
+(:func:`draw_comm_chart`) and a timeline of compute and transfers (:func:`draw_timeline`).
+Reached as ``tensorplay_edu.viz.*``; colours and conventions are viz's.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.patches import Patch, Rectangle
+from matplotlib.transforms import blended_transform_factory
+
+from .debug import CommDebugMode
+from .dtensor import DTensor
+from .viz_style import FLOAT8_STYLE, LANE_COLORS, RANK_COLORS, comm_label, float8_tag
+
+__all__ = ["trace_flow", "draw_flow", "draw_comm_chart", "draw_timeline"]
+
+
+def _describe_value(x) -> str:
+    scaled = getattr(x, "scaled", None)  # a float8 module input (tensorplay_edu.float8's Float8Input)
+    if scaled is not None and isinstance(getattr(scaled, "data", None), torch.Tensor):
+        return f"Float8Input {float8_tag(scaled.data.dtype) or scaled.data.dtype} {list(scaled.data.shape)}"
+    if isinstance(x, torch.Tensor) and float8_tag(x.dtype):
+        return f"tensor {float8_tag(x.dtype)} {list(x.shape)}"
+    if isinstance(x, DTensor):
+        return f"DTensor {','.join(map(str, x.placements))} {list(x.shape)}"
+    if isinstance(x, torch.Tensor):
+        return f"tensor {list(x.shape)}"
+    if isinstance(x, (tuple, list)) and x:
+        return _describe_value(x[0])
+    return type(x).__name__
+
+
+def trace_flow(model, *inputs, depth: int = 3) -> list[tuple[str, str, str, str]]:
+    """Run ``model(*inputs)`` once (inside a rank) and list, for each module down to
+    ``depth`` dots, what it received and returned and the collectives issued under it
+    (forward; :func:`comm_label`: float8 ones name their format, ``"all_gather e4m3"``).
+    Plain strings: return them from the rank and draw with :func:`draw_flow`."""
+    rows, handles = [], []
+    for name, module in model.named_modules():
+        if name.count(".") >= depth or not name:
+            continue
+
+        def hook(mod, args, out, name=name):
+            rows.append([name, _describe_value(args[0] if args else None), _describe_value(out)])
+
+        handles.append(module.register_forward_hook(hook))
+    with CommDebugMode() as comm:
+        model(*inputs)
+    for h in handles:
+        h.remove()
+    for row in rows:
+        ops = [comm_label(r) for r in comm.records
+               if r.module == getattr(model.get_submodule(row[0]), "_tp_fqn", row[0])]
+        row.append(", ".join(ops))
+    return [tuple(r) for r in rows]
+
+
+def draw_flow(steps, title=None):
+    """The layouts through a model: ``steps`` is a list of ``(module, input layout, output
+    layout, collectives)`` rows (strings), top to bottom, e.g. from a traced forward.
+
+    A layout or a collective naming a float8 format (``e4m3``, ``e5m2``, ``float8_e4m3fn``...)
+    is drawn in a gold dashed box (:data:`FLOAT8_STYLE`); a float8 collective is tagged
+    ``1 B/elem``, and a note under the rows says what the box means.
+    """
+    n = len(steps)
+    any_float8 = any(float8_tag(text) for step in steps for text in step[1:])
+    fig, ax = plt.subplots(figsize=(9, 0.9 * n + 0.8 + (0.3 if any_float8 else 0)))
+    ax.axis("off")
+    for i, (module, layout_in, layout_out, comms) in enumerate(steps):
+        y = n - i - 0.5
+        ax.add_patch(Rectangle((0.3, y - 0.3), 0.4, 0.6, facecolor="#E8EEF7", edgecolor="black"))
+        ax.text(0.5, y, module, ha="center", va="center", fontsize=9, weight="bold")
+        for x, ha, layout in ((0.28, "right", layout_in), (0.72, "left", layout_out)):
+            ax.text(x, y, layout, ha=ha, va="center", fontsize=8, bbox=FLOAT8_STYLE if float8_tag(layout) else None)
+        lines = [c for c in comms.split(", ") if c] if comms else []
+        if lines and not any(float8_tag(c) for c in lines):  # one collective per line, in the right margin
+            ax.text(1.0, y, comms.replace(", ", "\n"), ha="left", va="center", fontsize=8, color="#C44E52")
+        else:  # one text per collective, the float8 ones boxed and tagged
+            for j, c in enumerate(lines):
+                yj = y + 0.22 * ((len(lines) - 1) / 2 - j)
+                f8 = float8_tag(c)
+                ax.text(1.0, yj, f"{c}  1 B/elem" if f8 else c, ha="left", va="center", fontsize=8,
+                        color="black" if f8 else "#C44E52", bbox=FLOAT8_STYLE if f8 else None)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.45 if any_float8 else 0, n)
+    if any_float8:
+        ax.text(0.5, -0.3, "float8 (e4m3 forward, e5m2 gradients): 1 byte per element", ha="center", va="center",
+                fontsize=8, bbox=FLOAT8_STYLE)
+    ax.set_title(title or "layouts in -> module -> layouts out   (collectives in red)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def draw_comm_chart(records, title=None):
+    """Bytes each rank sent, per module and op, forward and backward side by side."""
+    keys = sorted({(r.module or "-", r.op) for r in records})
+    fwd = [sum(r.bytes for r in records if (r.module or "-", r.op) == k and r.phase == "forward") for k in keys]
+    bwd = [sum(r.bytes for r in records if (r.module or "-", r.op) == k and r.phase == "backward") for k in keys]
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(keys) + 1.5))
+    ys = range(len(keys))
+    ax.barh([y + 0.2 for y in ys], fwd, height=0.4, color="#4C72B0", label="forward")
+    ax.barh([y - 0.2 for y in ys], bwd, height=0.4, color="#C44E52", label="backward")
+    ax.set_yticks(list(ys))
+    ax.set_yticklabels([f"{m}  {op}" for m, op in keys], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("bytes sent per rank")
+    ax.legend(fontsize=8)
+    ax.set_title(title or f"{len(records)} collectives, {sum(r.bytes for r in records):,} bytes per rank", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def draw_timeline(per_rank_intervals, title=None):
+    """A Gantt chart of :class:`~tensorplay_edu.timeline.Timeline` intervals.  ``per_rank_intervals[r]``
+    lists rank r's ``Interval``s (or plain ``(kind, label, start, end)`` tuples, in seconds).  Each rank,
+    top to bottom, gets a compute lane above a transfer lane, marked on the left by a strip in its colour;
+    each interval is a bar, labelled with its chunk where the label fits.  Time in ms."""
+    rows = [[(i.kind, i.label, i.start, i.end) if hasattr(i, "kind") else tuple(i) for i in ivs]
+            for ivs in per_rank_intervals]
+    bad = sorted({k for ivs in rows for k, *_ in ivs} - set(LANE_COLORS))
+    if bad:
+        raise ValueError(f"draw_timeline: interval kinds must be {sorted(LANE_COLORS)}, got {bad}")
+    n = len(rows)
+    lane = lambda r, kind: 3 * (n - 1 - r) + (kind == "compute")  # compute above transfer, a gap between ranks
+    span = 1e3 * max((end for ivs in rows for *_, end in ivs), default=0.0) or 1.0  # ms
+    fig, ax = plt.subplots(figsize=(10, 0.9 * n + 1.4))
+    ax.set_yticks([lane(r, k) for r in range(n) for k in LANE_COLORS],
+                  [f"rank {r} {k}" for r in range(n) for k in LANE_COLORS], fontsize=8)
+    ax.tick_params(axis="y", length=0, pad=12)
+    ax.set(xlim=(0, span * 1.01), ylim=(-0.7, 3 * n - 1.3), xlabel="time (ms)")
+    ax.legend([Patch(facecolor=c) for c in LANE_COLORS.values()], list(LANE_COLORS), fontsize=8, ncol=2,
+              loc="lower right", bbox_to_anchor=(1, 1), frameon=False)
+    ax.set_title(title or f"compute and transfers on {n} ranks", fontsize=10, loc="left")
+    fig.tight_layout()
+    points_per_ms = ax.get_position().width * fig.get_figwidth() * 72 / (span * 1.01)  # to fit the labels
+    strip = blended_transform_factory(ax.transAxes, ax.transData)  # x in axes fractions, y in lanes
+    for r, ivs in enumerate(rows):
+        ax.add_patch(Rectangle((-0.014, lane(r, "transfer") - 0.45), 0.009, 1.9, transform=strip, clip_on=False,
+                               facecolor=RANK_COLORS[r % len(RANK_COLORS)]))
+        for kind, label, start, end in ivs:
+            x, w, y = 1e3 * start, 1e3 * (end - start), lane(r, kind)
+            ax.add_patch(Rectangle((x, y - 0.4), w, 0.8, facecolor=LANE_COLORS[kind], edgecolor="white",
+                                   lw=0.5 if w * points_per_ms > 3 else 0))  # a white edge would hide a thin bar
+            for text in (label, label.rsplit(" ", 1)[-1]):  # "chunk 2", else "2", else nothing
+                if text and w * points_per_ms >= 5 * len(text) + 4:
+                    ax.text(x + w / 2, y, text, ha="center", va="center", fontsize=8,
+                            color="white" if kind == "compute" else "black")
+                    break
+    return fig

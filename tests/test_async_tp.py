@@ -1,0 +1,102 @@
+"""Async TP (tensorplay_edu.parallel.async_tp): the decomposed plan against the synchronous one
+and against one process, switched on the seed's way and explicitly; counts, bytes, timeline."""
+
+import functools
+import glob
+import os
+
+import pytest
+import torch
+
+import rank_async
+import rank_parallel
+from tensorplay_edu import launch
+from tensorplay_edu.timeline import overlap
+
+SEEDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "seeds")
+L = 2
+
+
+def _clean(results, at_least):
+    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
+    assert not fails, "\n".join(fails[:30])
+    assert min(n for _, n in results) >= at_least, [n for _, n in results]
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_async_full_plan_trains_like_one_device(world_size):
+    _clean(launch(functools.partial(rank_parallel.run_llama, "full", "float64", wrap="async"), world_size),
+           at_least=180)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+@pytest.mark.parametrize("mode", ["async", "seed"])
+def test_decomposed_step_equals_the_synchronous_step(world_size, mode):
+    """Loss: bit for bit here (asserted; the forward's reduce-scatters become rings that add the ranks'
+    partial sums in their own order, which could differ by an ulp: these shapes happen not to). Gradients:
+    equal to summation-order tolerance (rtol 1e-12): the rings add the partial input gradients in their
+    order, and the weight gradients are accumulated chunk by chunk."""
+    sync = launch(functools.partial(rank_async.one_step, "full", "sync"), world_size)
+    fused = launch(functools.partial(rank_async.one_step, "full", mode), world_size)
+    for s, a in zip(sync, fused):
+        assert torch.equal(a["loss"], s["loss"]), (a["loss"].item(), s["loss"].item())
+        for name, g in s["grads"].items():
+            assert torch.allclose(a["grads"][name], g, rtol=1e-12, atol=1e-14), name
+        assert a["bytes"] == s["bytes"]  # even shapes: each ring moves exactly what its collective moved
+        assert a["forward"] == {"all_gather_matmul": 2 * L + 1, "matmul_reduce_scatter": 2 * L,
+                                "reduce_scatter": 1, "all_reduce": 3}  # the embedding's scatter is no matmul
+        assert a["backward"] == {"matmul_reduce_scatter": 2 * L + 1, "all_gather_matmul": 2 * L,
+                                 "all_gather": 1, "all_reduce": 2 * L + 1}
+        assert s["forward"] == {"all_gather": 2 * L + 1, "reduce_scatter": 2 * L + 1, "all_reduce": 3}
+        assert a["kinds"] == ["compute", "transfer"] and s["kinds"] == []
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_the_rings_on_uneven_chunks(world_size):
+    """10 sequence rows over 3 or 4 ranks: chunks of different sizes travel the rings."""
+    _clean(launch(rank_async.uneven_rings, world_size), at_least=8)
+
+
+def test_the_vanilla_plan_has_nothing_to_decompose():
+    sync = launch(functools.partial(rank_async.one_step, "vanilla", "sync"), 2)[0]
+    fused = launch(functools.partial(rank_async.one_step, "vanilla", "async"), 2)[0]
+    assert fused["forward"] == sync["forward"] and fused["backward"] == sync["backward"]
+    assert torch.equal(fused["loss"], sync["loss"]) and fused["kinds"] == []
+
+
+def _seed_source():
+    paths = [p for p in glob.glob(os.path.join(SEEDS, "*.txt")) if "def apply_tp" in open(p).read()]
+    if not paths:
+        return None
+    text = open(paths[0]).read()
+    return text[text.index("def apply_tp"):]
+
+
+def test_apply_tp_with_enable_async_tp():
+    """tensorplay_edu.models.apply_tp always; torchtitan's verbatim text too when ../shared/seeds is there,
+    with its enable_symm_mem_for_group import pointed at tensorplay_edu.parallel.async_tp."""
+    for source in [None] + ([_seed_source()] if _seed_source() else []):
+        assert source is None or "torch.distributed._symmetric_memory" in source
+        _clean(launch(functools.partial(rank_async.seed_async, source), 2), at_least=180)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_async_composes_with_float8(world_size):
+    """Float8 readers: the e4m3 block-input chunks travel the ring, wo/w2's gradients in e5m2; the same
+    bytes as the synchronous float8 step, and the same numbers to summation order."""
+    sync = launch(functools.partial(rank_async.one_step, "full", "sync", float8=True), world_size)
+    fused = launch(functools.partial(rank_async.one_step, "full", "async", float8=True), world_size)
+    for s, a in zip(sync, fused):
+        assert torch.allclose(a["loss"], s["loss"], rtol=1e-12)
+        for name, g in s["grads"].items():
+            assert torch.allclose(a["grads"][name], g, rtol=1e-9, atol=1e-12), name
+        assert a["bytes"] == s["bytes"]
+        assert a["dtypes"] == [("all_gather_matmul", "float64"), ("all_gather_matmul", "float8_e4m3fn"),
+                               ("all_gather_matmul", "float8_e5m2"), ("matmul_reduce_scatter", "float64")], a["dtypes"]
+
+
+def test_overlap_fraction():
+    assert overlap(fused=1.0, comm=1.0, comp=1.0) == 0.0 + 1.0  # fused took as long as one part: all hidden
+    assert overlap(fused=2.0, comm=1.0, comp=1.0) == 0.0  # one after the other
+    assert overlap(fused=1.5, comm=1.0, comp=1.0) == 0.5
+    assert overlap(fused=3.0, comm=0.0, comp=3.0) == 0.0  # nothing to hide

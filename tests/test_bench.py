@@ -1,0 +1,129 @@
+"""`make bench`'s float8 and async rows (benchmarks/bench.py, benchmarks/report.py): tiny launched variants'
+records, the float8 and async tables rendered from made-up ones, the --float8 / --async-tp / --async-only
+options' guards. No timing."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+sys.path.insert(0, BENCH)
+
+import bench  # noqa: E402
+import report  # noqa: E402
+from tensorplay_edu import launch  # noqa: E402
+
+
+def test_a_float8_variant_records_what_the_table_needs():
+    """Full plan, 2 ranks, small config, one step: the float8 all-gathers move 1 byte per element."""
+    f8, hp = (launch(bench.rank_bench, 2, "small", "full", "ours", 1, 0, torch.float32, float8, timeout=120)[0]
+              for float8 in (True, False))
+    assert {"median_s", "counts", "bytes", "float8_bytes", "saved", "rss_mb", "layer_saved"} <= f8.keys()
+    assert f8["counts"]["all_gather"] == hp["counts"]["all_gather"]
+    assert f8["counts"]["reduce_scatter"] == hp["counts"]["reduce_scatter"]
+    assert f8["counts"]["all_reduce"] > hp["counts"]["all_reduce"]  # the amax all-reduces
+    c = bench.CONFIGS["small"]
+    block_gather = c["batch"] * c["seq"] * c["dim"] // 2  # what one rank sends of one [b, s, h] all-gather, 1 byte each
+    gathers = 4 * c["n_layers"]  # attention / feed_forward inputs forward, wo / w2 output gradients backward
+    assert f8["float8_bytes"] == gathers * block_gather
+    assert hp["bytes"] - f8["bytes"] == gathers * block_gather * 3  # 4 bytes per element became 1
+    assert hp["float8_bytes"] == 0 and f8["layer_saved"] == 0  # no formula row for float8
+
+
+def _row(impl, plan="full", world=2, ms=100.0, nbytes=0, **extra):
+    return {"config": "small", "plan": plan, "world": world, "impl": impl, "median_ms": ms,
+            "counts": {"all_gather": 10}, "bytes": nbytes, "float8_bytes": extra.pop("float8_bytes", 0),
+            "saved_mb": 1.0, "layer_saved": 100, "layer_formula": 100, "rss_mb": 1.0, **extra}
+
+
+def test_the_report_has_the_float8_table_and_keeps_the_main_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "_chart", lambda table, path: None)
+    table = [_row("ours", ms=200, nbytes=400), _row("torch", ms=250, nbytes=400),
+             _row("ours float8", ms=300, nbytes=100, float8_bytes=50),
+             _row("ours", "gathered", nbytes=800), _row("single", "-", 1, 100), _row("single float8", "-", 1, 150)]
+    text = report.render(table, True, str(tmp_path))
+    main = [line for line in text.splitlines() if line.startswith("| small | full | 2 | 100 | 200 | 250 | 0.80 |")]
+    assert len(main) == 1 and len(main[0].split("|")) == 15  # the 13 columns the README embeds
+    assert "## Float8 tensorwise tensor parallelism" in text
+    assert "| small | full | 2 | 100 / 150 | 300 | 200 | 1.50 |" in text and "| 100 / 400 | 0.25 | 50% |" in text
+    prose = " ".join(text.split())  # the notes are wrapped
+    assert "costs more time than it saves" in prose and "`make gpu-check` (check d2" in prose
+    assert report.float8_section([r for r in table if "float8" not in r["impl"]]) == []  # an old table: no section
+
+
+@pytest.mark.parametrize("argv, message", [(["--float8"], "--float8 goes with --torchrun"),
+                                           (["--torchrun", "--impl", "torch", "--float8"], "needs torchao"),
+                                           (["--async-tp"], "--async-tp goes with --torchrun"),
+                                           (["--torchrun", "--impl", "torch", "--async-tp"], "--impl ours --plan full"),
+                                           (["--torchrun", "--plan", "vanilla", "--async-tp"], "--impl ours --plan full"),
+                                           (["--torchrun", "--async-only"], "--async-only is a launched run")])
+def test_option_guards(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(argv)
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="the pinned variant leaves a core free: needs 2 cores")
+def test_an_async_pinned_variant_records_what_the_table_needs():
+    """Full plan, 2 ranks, small config, one step, async TP on and the main threads pinned: the decomposed
+    collectives by name, the synchronous step's bytes, one block-input ring's times, the step's ring waits."""
+    res = launch(bench.rank_bench, 2, "small", "full", "ours", 1, 0, torch.float32, False, True, True, timeout=120)[0]
+    L = bench.CONFIGS["small"]["n_layers"]
+    assert res["counts"] == {"all_gather_matmul": 4 * L + 1, "matmul_reduce_scatter": 4 * L + 1, "all_gather": 1,
+                             "reduce_scatter": 1, "all_reduce": res["sync_counts"]["all_reduce"]}, res["counts"]
+    assert res["sync_counts"]["all_gather"] == res["sync_counts"]["reduce_scatter"] == 4 * L + 2
+    assert res["total_bytes"] == res["sync_total_bytes"] > 0  # bench raises otherwise
+    assert res["pinned"]["core"] == min(os.sched_getaffinity(0)) and res["pinned"]["free_threads"] >= 1  # gloo's
+    assert {"fused", "comm", "comp", "overlap"} <= res["overlap"].keys()
+    ring = res["ring"]
+    assert ring["transfers"] == 2 * (4 * L + 1) and 0 <= ring["wait_s"] <= ring["transfer_s"] and ring["compute_s"] > 0
+    assert res["layer_saved"] == 0  # no formula row for the async variants
+
+
+def test_ring_waits_counts_transfer_time_under_no_matmul():
+    from tensorplay_edu.timeline import Interval
+
+    tl = [Interval("transfer", "chunk 1", 0.0, 4.0), Interval("compute", "chunk 0", 0.5, 2.0),
+          Interval("transfer", "sum 0", 5.0, 6.0), Interval("compute", "chunk 1", 5.0, 5.25),
+          Interval("compute", "chunk 1", 5.2, 5.5)]
+    out = bench.ring_waits(tl)
+    assert out == {"compute_s": 2.0, "transfer_s": 5.0, "wait_s": 3.0, "transfers": 2}
+
+
+def _async_table():
+    pin = {"core": 0, "cores": 2, "free_threads": 3}
+    ring = {"overlap": {"fused": 0.004, "comm": 0.002, "comp": 0.003, "overlap": 0.5},
+            "ring": {"wait_s": 0.01, "transfer_s": 0.02, "compute_s": 0.05, "transfers": 18}}
+    return [_row("ours", ms=200, nbytes=400, total_bytes=500, pinned={"cores": 2}),
+            _row("ours async", ms=210, nbytes=400, total_bytes=500, pinned={"cores": 2}, **ring),
+            _row("ours pinned", ms=300, nbytes=400, total_bytes=500, pinned=pin),
+            _row("ours async pinned", ms=270, nbytes=400, total_bytes=500, pinned=pin, **ring),
+            _row("torch", ms=250, nbytes=400), _row("ours", "gathered", nbytes=800), _row("single", "-", 1, 100)]
+
+
+def test_the_report_has_the_async_table_and_keeps_the_main_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "_chart", lambda table, path: None)
+    text = report.render(_async_table(), True, str(tmp_path))
+    main = [line for line in text.splitlines() if line.startswith("| small | full | 2 | 100 | 200 | 250 | 0.80 |")]
+    assert len(main) == 1 and len(main[0].split("|")) == 15  # the 13 columns the README embeds
+    assert "## Async tensor parallelism" in text
+    assert "| small | 2 | any of 2 cores | 200 | 210 | 1.05 |" in text
+    assert "| small | 2 | core 0 (of 2); 3 other threads free on the rest | 300 | 270 | 0.90 |" in text
+    assert "| 500 / 500 | 4.0 / 2.0 / 3.0 | 0.50 | 10 (of 20) |" in text
+    prose = " ".join(text.split())
+    assert "0.90 times the pinned synchronous step (faster, beyond the repeats' spread)" in prose
+    assert "1.05 times the synchronous step (slower" in prose and "check d3" in prose
+    assert report.async_section([r for r in _async_table() if "async" not in r["impl"]]) == []  # no section
+
+
+def test_summarize_raises_when_async_moves_other_bytes():
+    record = {"median_s": 0.1, "counts": {}, "bytes": 1, "saved": 0, "rss_mb": 1.0}
+    rows = {("small", "full", 2, "ours"): [dict(record, total_bytes=100)],
+            ("small", "full", 2, "ours async"): [dict(record, total_bytes=100)]}
+    assert len(bench.summarize(rows, {})) == 2
+    rows[("small", "full", 2, "ours async")] = [dict(record, total_bytes=101)]
+    with pytest.raises(RuntimeError, match="must move the same bytes"):
+        bench.summarize(rows, {})
