@@ -2,7 +2,7 @@
 PY    := .venv/bin/python
 STAMP := .venv/.installed
 
-.PHONY: setup test demo bench gpu-check lab notebooks clean
+.PHONY: setup test demo bench gpu-check lab notebooks pictures clean
 
 setup: $(STAMP)
 
@@ -25,6 +25,10 @@ notebooks: setup
 	for nb in notebooks/*.ipynb; do \
 		$(PY) -m jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=120 "$$nb" || exit 1; \
 	done
+
+# The README's pictures, drawn from the code (docs/pictures.py).
+pictures: setup
+	$(PY) docs/pictures.py
 
 # The main job: a multi-rank run checked against single-process math (CPU, gloo).
 demo: setup

@@ -30,9 +30,10 @@ rows of this table, not separate functions:
 * ``f``  (identity forward, all-reduce backward) = ``from_local(x, [Replicate()])`` read
   with gradient ``Partial``: backward is Partial -> Replicate, an all-reduce.
 * ``g``  (all-reduce forward, identity backward) = Partial -> Replicate.
-* ``g-bar`` of sequence parallelism (all-gather forward, reduce-scatter backward) =
-  Shard(s) -> Replicate read with gradient ``Partial``: backward Partial -> Shard(s).
-* its conjugate (reduce-scatter forward, all-gather backward) = Partial -> Shard(s).
+* sequence parallelism's ``g`` (Korthikanti's, not Shoeybi's: all-gather forward,
+  reduce-scatter backward) = Shard(s) -> Replicate read with gradient ``Partial``:
+  backward Partial -> Shard(s).
+* its conjugate ``g-bar`` (reduce-scatter forward, all-gather backward) = Partial -> Shard(s).
 
 Uneven shards follow ``torch.chunk`` (see :func:`~tensorplay_edu.placement.chunk_sizes`);
 the collectives pad and trim.  On an n-D mesh each mesh dimension moves on its own

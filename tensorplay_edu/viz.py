@@ -1,6 +1,8 @@
-"""Pictures of layouts: what each rank holds and what a collective moves (this file), and
-what a run did: the flow through a parallelized model, what CommDebugMode counted, the
-timeline (:mod:`tensorplay_edu.viz_runs`, reachable here under the same names).
+"""Pictures of layouts: what each rank holds and what a collective moves (this file); what a
+run did: the flow through a parallelized model, what CommDebugMode counted, the timeline,
+memory (:mod:`tensorplay_edu.viz_runs`); one transformer block as the plans cut it
+(:mod:`tensorplay_edu.viz_block`); a collective's ring schedule (:mod:`tensorplay_edu.viz_ring`).
+All are reachable here under the same names.
 Matplotlib only; every function returns the Figure (tests read its patches and texts).
 
 Colours: rank r is ``RANK_COLORS[r]``; a block held whole by several ranks (Replicate)
@@ -20,13 +22,15 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 from .placement import Partial, Replicate, Shard, chunk_offset, chunk_sizes, normalize
 from .transition import TABLE
 # the palette and labels are part of viz's interface; the pictures of runs are reachable here too
-from .viz_runs import draw_comm_chart, draw_flow, draw_timeline, trace_flow  # noqa: F401
+from .viz_block import block_steps, draw_block  # noqa: F401
+from .viz_ring import draw_ring, ring_steps  # noqa: F401
+from .viz_runs import draw_comm_chart, draw_flow, draw_memory, draw_timeline, trace_flow  # noqa: F401
 from .viz_style import (  # noqa: F401
-    FLOAT8_COLOR, FLOAT8_STYLE, LANE_COLORS, PARTIAL_HATCH, RANK_COLORS, SHARED_COLOR, comm_label, float8_tag)
+    COMM_COLOR, FLOAT8_COLOR, FLOAT8_STYLE, LANE_COLORS, PARTIAL_HATCH, PHASE_COLORS, RANK_COLORS, SHARED_COLOR, comm_label, float8_tag)
 
-__all__ = ["RANK_COLORS", "SHARED_COLOR", "FLOAT8_COLOR", "FLOAT8_STYLE", "float8_tag", "comm_label", "pieces",
+__all__ = ["COMM_COLOR", "RANK_COLORS", "SHARED_COLOR", "FLOAT8_COLOR", "FLOAT8_STYLE", "float8_tag", "comm_label", "pieces",
            "draw_layout", "draw_transition", "draw_collective", "trace_flow", "draw_flow", "draw_comm_chart",
-           "LANE_COLORS", "draw_timeline"]
+           "LANE_COLORS", "PHASE_COLORS", "draw_timeline", "draw_memory", "block_steps", "draw_block", "ring_steps", "draw_ring"]
 
 def _kind(p) -> str:
     return type(p).__name__
@@ -64,8 +68,15 @@ def _describe(placements, mesh_dim_names=None) -> str:
     return ", ".join(f"{n}: {p}" for n, p in zip(names, placements)) if len(placements) > 1 else str(placements[0])
 
 
+_ON_HATCH = dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85)  # text off the hatching
+
+
 def _draw_global(ax, shape, placements, mesh_shape, dims, mesh_dim_names=None):
-    """The global tensor, blocks coloured by owner; returns nothing, draws on ``ax``."""
+    """The global tensor, blocks coloured by owner; returns nothing, draws on ``ax``.
+
+    A block held whole by several ranks (Replicate) is one grey block naming them.  A Partial
+    block is drawn as its t addends: one hatched sheet per rank in that rank's colour, stacked
+    like cards, because the value is their sum and no rank holds it yet."""
     rows_dim, cols_dim = dims
     n_rows = shape[rows_dim]
     n_cols = shape[cols_dim] if cols_dim is not None else 1
@@ -76,16 +87,25 @@ def _draw_global(ax, shape, placements, mesh_shape, dims, mesh_dim_names=None):
         if r1 > r0 and c1 > c0:
             blocks.setdefault((r0, r1, c0, c1, piece["partial"]), []).append(piece["rank"])
     for (r0, r1, c0, c1, partial), ranks in blocks.items():
-        color = RANK_COLORS[ranks[0] % len(RANK_COLORS)] if len(ranks) == 1 else SHARED_COLOR
-        ax.add_patch(Rectangle((c0, n_rows - r1), c1 - c0, r1 - r0, facecolor=color, edgecolor="black",
-                               hatch=PARTIAL_HATCH if partial else None, alpha=0.9))
+        x, y, w, h = c0, n_rows - r1, c1 - c0, r1 - r0
+        if partial:  # t addends: sheet k is shifted by k steps up and right, inside the block
+            step = min(w, h) * 0.08
+            for k, r in enumerate(ranks):
+                off = step * (len(ranks) - 1 - k)
+                ax.add_patch(Rectangle((x + off, y + off), w - step * (len(ranks) - 1), h - step * (len(ranks) - 1),
+                                       facecolor=RANK_COLORS[r % len(RANK_COLORS)], edgecolor="black",
+                                       hatch=PARTIAL_HATCH, alpha=0.9))
+        else:
+            color = RANK_COLORS[ranks[0] % len(RANK_COLORS)] if len(ranks) == 1 else SHARED_COLOR
+            ax.add_patch(Rectangle((x, y), w, h, facecolor=color, edgecolor="black", alpha=0.9))
         who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ",".join(map(str, ranks))
         label = f"{who}\nrows {r0}:{r1}" + (f"\ncols {c0}:{c1}" if cols_dim is not None else "")
         if partial:
-            label += "\npending sum"
+            label = ("addends of " + label) + f"\npending sum of {len(ranks)}"
         if (r1 - r0) < 0.2 * n_rows:  # a thin block: one line, so the label stays inside
             label = label.replace("\n", "  ")
-        ax.text((c0 + c1) / 2, n_rows - (r0 + r1) / 2, label, ha="center", va="center", fontsize=7)
+        ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=8,
+                bbox=_ON_HATCH if partial else None)
     ax.set_xlim(0, n_cols)
     ax.set_ylim(0, max(n_rows, 1))
     ax.set_xticks([])
@@ -96,24 +116,31 @@ def _draw_global(ax, shape, placements, mesh_shape, dims, mesh_dim_names=None):
 
 
 def _draw_local(ax, shape, piece, dims):
-    """One rank's local tensor, to the scale of the global one."""
+    """One rank's local tensor, drawn where it sits in the global tensor (the dotted frame)."""
     rows_dim, cols_dim = dims
+    n_rows, n_cols = shape[rows_dim], (shape[cols_dim] if cols_dim is not None else 1)
     r0, r1 = _span(piece, rows_dim, shape)
     c0, c1 = _span(piece, cols_dim, shape)
     local = [b - a for a, b in piece["ranges"]]
     color = RANK_COLORS[piece["rank"] % len(RANK_COLORS)]
-    ax.add_patch(Rectangle((0, shape[rows_dim] - (r1 - r0)), c1 - c0, r1 - r0, facecolor=color, edgecolor="black",
+    ax.add_patch(Rectangle((0, 0), n_cols, max(n_rows, 1), facecolor="none", edgecolor="#888888", linestyle=":"))
+    ax.add_patch(Rectangle((c0, n_rows - r1), c1 - c0, r1 - r0, facecolor=color, edgecolor="black",
                            hatch=PARTIAL_HATCH if piece["partial"] else None))
-    ax.set_xlim(0, shape[cols_dim] if cols_dim is not None else 1)
-    ax.set_ylim(0, max(shape[rows_dim], 1))
+    if piece["partial"]:
+        ax.text(n_cols / 2, n_rows / 2, f"addend\n{piece['rank']}", ha="center", va="center", fontsize=8,
+                bbox=_ON_HATCH)
+    ax.set_xlim(0, n_cols)
+    ax.set_ylim(0, max(n_rows, 1))
     ax.set_xticks([])
     ax.set_yticks([])
+    ax.set_frame_on(False)
     coord = "" if len(piece["coord"]) == 1 else f" {piece['coord']}"
     ax.set_title(f"rank {piece['rank']}{coord}\nlocal {local}" + (" addend" if piece["partial"] else ""), fontsize=8)
 
 
 def draw_layout(shape, placements, mesh_shape=None, *, mesh_dim_names=None, dims=None, title=None):
-    """The global tensor coloured by owner, and each rank's local piece beside it.
+    """The global tensor coloured by owner, and each rank's local piece beside it, drawn
+    where it sits in the global tensor (a dotted frame).
 
     ``mesh_shape`` defaults to ``(4,)`` for one placement; ``dims`` picks the two tensor
     dims to draw for tensors of more than 2 dims (default 0 and 1).
@@ -154,8 +181,8 @@ def draw_transition(shape, src, dst, world_size: int = 4, *, backward: bool = Tr
     mid.add_patch(FancyArrowPatch((0.05, 0.62), (0.95, 0.62), arrowstyle="->", mutation_scale=18, color="black"))
     mid.text(0.5, 0.72, f"forward: {forward_op}", ha="center", fontsize=9)
     if backward:
-        mid.add_patch(FancyArrowPatch((0.95, 0.35), (0.05, 0.35), arrowstyle="->", mutation_scale=18, color="#C44E52"))
-        mid.text(0.5, 0.22, f"backward: {back_op}", ha="center", fontsize=9, color="#C44E52")
+        mid.add_patch(FancyArrowPatch((0.95, 0.35), (0.05, 0.35), arrowstyle="->", mutation_scale=18, color=COMM_COLOR))
+        mid.text(0.5, 0.22, f"backward: {back_op}", ha="center", fontsize=9, color=COMM_COLOR)
     mid.set_xlim(0, 1)
     mid.set_ylim(0, 1)
     fig.suptitle(title or f"{src} -> {dst} on {world_size} ranks", fontsize=10)

@@ -1,6 +1,7 @@
 """Pictures of what a run did: the layouts flowing through a parallelized model
 (:func:`trace_flow` / :func:`draw_flow`), the collectives CommDebugMode counted
-(:func:`draw_comm_chart`) and a timeline of compute and transfers (:func:`draw_timeline`).
+(:func:`draw_comm_chart`), a timeline of compute and transfers (:func:`draw_timeline`) and
+memory stacked by component (:func:`draw_memory`).
 Reached as ``tensorplay_edu.viz.*``; colours and conventions are viz's.
 """
 
@@ -13,9 +14,9 @@ from matplotlib.transforms import blended_transform_factory
 
 from .debug import CommDebugMode
 from .dtensor import DTensor
-from .viz_style import FLOAT8_STYLE, LANE_COLORS, RANK_COLORS, comm_label, float8_tag
+from .viz_style import COMM_COLOR, FLOAT8_STYLE, LANE_COLORS, PHASE_COLORS, RANK_COLORS, comm_label, float8_tag
 
-__all__ = ["trace_flow", "draw_flow", "draw_comm_chart", "draw_timeline"]
+__all__ = ["trace_flow", "draw_flow", "draw_comm_chart", "draw_timeline", "draw_memory"]
 
 
 def _describe_value(x) -> str:
@@ -78,38 +79,44 @@ def draw_flow(steps, title=None):
             ax.text(x, y, layout, ha=ha, va="center", fontsize=8, bbox=FLOAT8_STYLE if float8_tag(layout) else None)
         lines = [c for c in comms.split(", ") if c] if comms else []
         if lines and not any(float8_tag(c) for c in lines):  # one collective per line, in the right margin
-            ax.text(1.0, y, comms.replace(", ", "\n"), ha="left", va="center", fontsize=8, color="#C44E52")
+            ax.text(1.0, y, comms.replace(", ", "\n"), ha="left", va="center", fontsize=8, color=COMM_COLOR)
         else:  # one text per collective, the float8 ones boxed and tagged
             for j, c in enumerate(lines):
                 yj = y + 0.22 * ((len(lines) - 1) / 2 - j)
                 f8 = float8_tag(c)
                 ax.text(1.0, yj, f"{c}  1 B/elem" if f8 else c, ha="left", va="center", fontsize=8,
-                        color="black" if f8 else "#C44E52", bbox=FLOAT8_STYLE if f8 else None)
+                        color="black" if f8 else COMM_COLOR, bbox=FLOAT8_STYLE if f8 else None)
     ax.set_xlim(0, 1)
     ax.set_ylim(-0.45 if any_float8 else 0, n)
     if any_float8:
         ax.text(0.5, -0.3, "float8 (e4m3 forward, e5m2 gradients): 1 byte per element", ha="center", va="center",
                 fontsize=8, bbox=FLOAT8_STYLE)
-    ax.set_title(title or "layouts in -> module -> layouts out   (collectives in red)", fontsize=10)
+    ax.set_title(title or "layouts in -> module -> layouts out   (collectives in dark red)", fontsize=10)
     fig.tight_layout()
     return fig
 
 
 def draw_comm_chart(records, title=None):
-    """Bytes each rank sent, per module and op, forward and backward side by side."""
-    keys = sorted({(r.module or "-", r.op) for r in records})
-    fwd = [sum(r.bytes for r in records if (r.module or "-", r.op) == k and r.phase == "forward") for k in keys]
-    bwd = [sum(r.bytes for r in records if (r.module or "-", r.op) == k and r.phase == "backward") for k in keys]
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(keys) + 1.5))
-    ys = range(len(keys))
-    ax.barh([y + 0.2 for y in ys], fwd, height=0.4, color="#4C72B0", label="forward")
-    ax.barh([y - 0.2 for y in ys], bwd, height=0.4, color="#C44E52", label="backward")
-    ax.set_yticks(list(ys))
-    ax.set_yticklabels([f"{m}  {op}" for m, op in keys], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("bytes sent per rank")
-    ax.legend(fontsize=8)
-    ax.set_title(title or f"{len(records)} collectives, {sum(r.bytes for r in records):,} bytes per rank", fontsize=10)
+    """Every collective in the order the rank issued it, top to bottom: a timeline of one
+    step, forward first, then backward below a line.  One bar per collective, its length the
+    bytes this rank sent, labelled with the module and the op (:func:`comm_label`); the bars
+    are coloured by phase (:data:`PHASE_COLORS`), never by rank."""
+    records = list(records)
+    order = [r for r in records if r.phase == "forward"] + [r for r in records if r.phase != "forward"]
+    n = len(order)
+    fig, ax = plt.subplots(figsize=(8, 0.28 * n + 1.5))
+    for y, r in enumerate(order):
+        ax.barh(y, r.bytes, height=0.7, color=PHASE_COLORS[r.phase], edgecolor="black", linewidth=0.6)
+    ax.set_yticks(range(n), [f"{r.module or '-'}  {comm_label(r)}" for r in order], fontsize=8)
+    n_fwd = sum(r.phase == "forward" for r in order)
+    if 0 < n_fwd < n:
+        ax.axhline(n_fwd - 0.5, color="black", linewidth=0.8, linestyle="--")
+    ax.set_ylim(n - 0.5, -0.5)  # the first collective at the top
+    ax.set_xlabel("bytes sent by this rank")
+    ax.set_ylabel("issue order (top first)", fontsize=8)
+    ax.legend([Patch(facecolor=c, edgecolor="black") for c in PHASE_COLORS.values()], list(PHASE_COLORS),
+              fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)  # off the bars
+    ax.set_title(title or f"{n} collectives, {sum(r.bytes for r in order):,} bytes per rank", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -150,4 +157,29 @@ def draw_timeline(per_rank_intervals, title=None):
                     ax.text(x + w / 2, y, text, ha="center", va="center", fontsize=8,
                             color="white" if kind == "compute" else "black")
                     break
+    return fig
+
+
+def draw_memory(bars, unit: str = "MB", title=None):
+    """Stacked bars: ``bars`` maps a bar's label (``"no TP"``, ``"TP"``, ``"TP + SP"``...) to
+    ``{component: amount}`` (``"attention"``, ``"norms"``...; the same components in every bar,
+    in the same order).  Each component keeps its colour across bars, so what a plan removes is
+    the segment that shrinks; each bar's total is written above it."""
+    labels = list(bars)
+    components = list(dict.fromkeys(c for parts in bars.values() for c in parts))
+    colors = plt.get_cmap("cividis")([0.15 + 0.75 * i / max(len(components) - 1, 1) for i in range(len(components))])
+    fig, ax = plt.subplots(figsize=(1.5 * len(labels) + 3.5, 3.6))
+    bottoms = [0.0] * len(labels)
+    for comp, color in zip(components, colors):
+        values = [float(bars[b].get(comp, 0.0)) for b in labels]
+        ax.bar(labels, values, bottom=bottoms, color=color, edgecolor="black", linewidth=0.5, label=comp)
+        bottoms = [b + v for b, v in zip(bottoms, values)]
+    for x, total in enumerate(bottoms):
+        ax.text(x, total, f"{total:,.0f} {unit}" if total >= 100 else f"{total:.3g} {unit}", ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel(unit)
+    ax.set_ylim(0, max(bottoms, default=1) * 1.15 or 1)
+    ax.tick_params(labelsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    ax.set_title(title or "memory by component", fontsize=10)
+    fig.tight_layout()
     return fig

@@ -12,6 +12,8 @@ SHARED_COLOR = "#BBBBBB"
 PARTIAL_HATCH = "//"
 FLOAT8_COLOR = "#F2C14E"  # float8 pieces (not a rank colour)
 FLOAT8_STYLE = dict(boxstyle="round,pad=0.25", facecolor=FLOAT8_COLOR, edgecolor="black", linestyle="--", linewidth=1)
+COMM_COLOR = "#8B0000"  # collectives: dark red, darker than rank 3's colour
+PHASE_COLORS = {"forward": "#3A3A3A", "backward": "#FFFFFF"}  # comm charts: forward dark, backward white
 LANE_COLORS = {"compute": "#1D5C63", "transfer": "#9BD3CB"}  # timeline lanes (not rank colours)
 _FLOAT8_TAGS = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2", "float8_e4m3fnuz": "e4m3fnuz",
                 "float8_e5m2fnuz": "e5m2fnuz"}

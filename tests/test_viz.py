@@ -9,12 +9,23 @@ import pytest  # noqa: E402
 
 from tensorplay_edu import Partial, Replicate, Shard  # noqa: E402
 from tensorplay_edu.debug import CommRecord  # noqa: E402
-from tensorplay_edu.viz import (RANK_COLORS, SHARED_COLOR, draw_collective, draw_comm_chart, draw_flow,  # noqa: E402
+from tensorplay_edu.viz import (PHASE_COLORS, RANK_COLORS, SHARED_COLOR, draw_collective, draw_comm_chart, draw_flow,  # noqa: E402
                                 draw_layout, draw_transition, pieces)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    import matplotlib.pyplot as plt
+    plt.close("all")
 
 
 def _texts(ax):
     return [t.get_text() for t in ax.texts]
+
+
+def _hex(patch):
+    return mcolors.to_hex(patch.get_facecolor())
 
 
 def _colors(ax):
@@ -47,8 +58,23 @@ def test_replicate_is_one_shared_block_and_every_rank_holds_it_whole():
 def test_partial_is_hatched_and_says_pending_sum():
     fig = draw_layout((4, 6), [Partial()], (2,))
     glob, *ranks = fig.axes
-    assert glob.patches[0].get_hatch() == "//" and "pending sum" in _texts(glob)[0]
-    assert all(ax.patches[0].get_hatch() == "//" and "addend" in ax.get_title() for ax in ranks)
+    # the global value is t addends: one hatched sheet per rank, in that rank's colour; the label sits on white
+    assert [p.get_hatch() for p in glob.patches] == ["//", "//"] and "pending sum of 2" in _texts(glob)[0]
+    assert _colors(glob) == [c.lower() for c in RANK_COLORS[:2]]
+    assert glob.texts[0].get_bbox_patch().get_facecolor()[:3] == (1.0, 1.0, 1.0)
+    assert all(ax.patches[1].get_hatch() == "//" and "addend" in ax.get_title() for ax in ranks)
+    assert [_texts(ax) for ax in ranks] == [["addend\n0"], ["addend\n1"]]
+
+
+def test_each_rank_piece_sits_where_it_is_in_the_global_tensor():
+    fig = draw_layout((10, 6), [Shard(0)], (4,))
+    for rank, ax in enumerate(fig.axes[1:]):
+        frame, piece = ax.patches
+        assert (frame.get_width(), frame.get_height()) == (6, 10) and frame.get_linestyle() == ":"
+        r0, r1 = [(0, 3), (3, 6), (6, 9), (9, 10)][rank]
+        assert piece.get_xy() == (0, 10 - r1) and piece.get_height() == r1 - r0  # rows r0:r1, y up
+    fig = draw_layout((4, 8), [Shard(1)], (2,))
+    assert [ax.patches[1].get_xy()[0] for ax in fig.axes[1:]] == [0, 4]
 
 
 def test_two_d_mesh_names_its_axes_and_three_d_tensors_pick_two_dims():
@@ -84,9 +110,15 @@ def test_flow_and_comm_chart():
             CommRecord("all_gather", "forward", (8, 4), "float32", 4, 96, "attention")]
     fig = draw_comm_chart(recs)
     ax = fig.axes[0]
-    widths = [p.get_width() for p in ax.patches]
-    assert sorted(widths) == [0, 0, 96, 192]  # forward all_gather 2 x 96, backward reduce_scatter 96
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["attention  all_gather", "attention  reduce_scatter"]
+    # issue order, forward first: one bar per collective, coloured by phase (never a rank colour)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["attention  all_gather", "attention  all_gather",
+                                                            "attention  reduce_scatter"]
+    bars = [p for p in ax.patches if p.get_width() > 0]
+    assert [p.get_width() for p in bars] == [96, 96, 96]
+    assert [_hex(p) for p in bars] == [PHASE_COLORS["forward"].lower()] * 2 + [PHASE_COLORS["backward"].lower()]
+    assert not {_hex(p) for p in ax.patches} & {c.lower() for c in RANK_COLORS}
+    assert ax.get_ylim()[0] > ax.get_ylim()[1]  # the first collective at the top
+    assert [line.get_ydata()[0] for line in ax.lines] == [1.5]  # the forward | backward line
     assert "3 collectives" in ax.get_title()
     with pytest.raises(ValueError, match="draw_collective"):
         draw_collective("broadcast")
@@ -191,3 +223,103 @@ def test_viz_modules_import_in_any_order():
     for first in ("tensorplay_edu.viz_runs", "tensorplay_edu.viz_style", "tensorplay_edu.viz"):
         code = f"import {first}; import tensorplay_edu.viz as v; assert v.draw_comm_chart and v.RANK_COLORS"
         subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_memory_bars_stack_components_in_fixed_colours():
+    from tensorplay_edu.viz import draw_memory
+    fig = draw_memory({"no TP": {"attention": 10, "norms": 4}, "TP + SP": {"attention": 5, "norms": 1}}, unit="GB")
+    ax = fig.axes[0]
+    heights = [p.get_height() for p in ax.patches]
+    assert heights == [10, 5, 4, 1]  # component by component, bar by bar
+    assert _hex(ax.patches[0]) == _hex(ax.patches[1]) != _hex(ax.patches[2])  # a component keeps its colour
+    assert [p.get_y() for p in ax.patches[2:]] == [10, 5]  # norms stacked on attention
+    assert _texts(ax) == ["14 GB", "6 GB"]
+    assert not {_hex(p) for p in ax.patches} & {c.lower() for c in RANK_COLORS}
+
+
+def test_every_picture_uses_fonts_of_at_least_8_points():
+    from tensorplay_edu.viz import draw_block, draw_memory
+    figs = [draw_layout((10, 6), [Shard(0)], (4,)), draw_layout((4, 6), [Partial()], (3,)),
+            draw_layout((6, 8), [Shard(0), Partial()], (2, 2)), draw_transition((8, 8), Shard(0), Replicate()),
+            draw_block(False), draw_block(True, 4, 3), draw_memory({"a": {"x": 1}}),
+            draw_comm_chart([CommRecord("all_reduce", "forward", (8,), "float32", 4, 48, "wo")])]
+    for fig in figs:
+        for text in fig.findobj(matplotlib.text.Text):
+            if text.get_text():
+                assert text.get_fontsize() >= 8, (text.get_text(), text.get_fontsize())
+
+
+def test_block_diagram_names_f_and_g_and_labels_local_shapes():
+    from tensorplay_edu.viz import block_steps, draw_block
+    vanilla = block_steps(False, 2, batch=2, seq=8, dim=16, n_heads=4, n_kv_heads=2)
+    comms = [(s["what"], s["fwd"], s["bwd"]) for s in vanilla if s["kind"] == "comm"]
+    assert comms == [("f: identity / all-reduce", "nothing", "all_reduce"),
+                     ("g: all-reduce / identity", "all_reduce", "nothing")] * 2
+    sp = block_steps(True, 4, 3, batch=2, seq=8, dim=16, n_heads=4)
+    assert [s["fwd"] for s in sp if s["kind"] == "comm"] == ["all_gather (dim 1)", "reduce_scatter (dim 1)"] * 2
+    assert sp[0]["shape"] == [2, 2, 16] and sp[0]["placement"] == "Shard(1)"
+    texts = [t.get_text() for t in draw_block(True, 4, 3).axes[0].texts]
+    assert "Shard(1) \u00b7 local [2, 2, 16]" in texts  # s/t = 2 at t = 4: every shape says it is local
+    assert any("backward: reduce_scatter (dim 1)" in t for t in texts)
+    with pytest.raises(ValueError, match="n_heads=4 .* world_size=3"):
+        block_steps(False, 3, n_heads=4)
+
+
+def _block_shapes(plan: str, n_kv_heads: int):
+    """The local shapes the real block returns, module by module, under parallelize_llama (inside a rank)."""
+    import torch
+    from tensorplay_edu import DTensor, init_device_mesh
+    from tensorplay_edu.models import ModelArgs, Transformer, parallelize_llama
+    torch.manual_seed(0)
+    args = ModelArgs(dim=16, n_layers=1, n_heads=4, n_kv_heads=n_kv_heads, vocab_size=32, max_seq_len=8)
+    model = parallelize_llama(Transformer(args), init_device_mesh("cpu", (2,)), plan)
+    seen = {}
+    for name, mod in model.layers["0"].named_modules():
+        if name:
+            def hook(m, a, out, name=name):  # returns None: the output stays as it is
+                seen.setdefault(name, list((out.to_local() if isinstance(out, DTensor) else out).shape))
+            mod.register_forward_hook(hook)
+    model(torch.randint(0, 32, (2, 8)))
+    return seen
+
+
+@pytest.mark.parametrize("plan", ["vanilla", "full"])
+def test_block_diagram_shapes_are_the_real_blocks(plan):
+    from tensorplay_edu import launch
+    from tensorplay_edu.viz import block_steps
+    for n_kv in (4, 2):
+        real = launch(_block_shapes, 2, plan, n_kv)[1]
+        steps = block_steps(plan == "full", 2, 1, batch=2, seq=8, dim=16, n_heads=4, n_kv_heads=n_kv)
+        drawn = {s["module"]: s["shape"] for s in steps if s["module"]}
+        assert drawn == {k: real[k] for k in drawn}, (plan, n_kv)
+        assert [s["also"] for s in steps if s["also"]] == [real["attention.wk"]]
+
+
+def test_the_rank_palette_is_used_only_for_ranks():
+    """Pictures without ranks in them (the block, flows, comm charts, memory, a transition's arrows) use no rank colour."""
+    from tensorplay_edu.viz import draw_block, draw_memory
+    ranks = {c.lower() for c in RANK_COLORS}
+    figs = [draw_block(False), draw_block(True), draw_memory({"a": {"x": 1, "y": 2}}),
+            draw_flow([("wo", "tensor [2, 8]", "tensor [2, 8]", "all_reduce")]),
+            draw_comm_chart([CommRecord("all_reduce", "backward", (8,), "float32", 4, 48, "wo")])]
+    middle = draw_transition((8, 8), Shard(0), Replicate()).axes[1]  # the arrows between the two layouts
+    colours = [mcolors.to_hex(c) for fig in figs for p in fig.findobj(matplotlib.patches.Patch)
+               for c in (p.get_facecolor(), p.get_edgecolor())]
+    colours += [mcolors.to_hex(t.get_color()) for fig in figs for t in fig.findobj(matplotlib.text.Text)]
+    colours += [mcolors.to_hex(p.get_edgecolor()) for p in middle.patches] + [mcolors.to_hex(t.get_color())
+                                                                               for t in middle.texts]
+    assert not set(colours) & ranks
+
+
+def test_readme_pictures_are_drawn_from_the_code(tmp_path):
+    """docs/pictures.py (make pictures) draws the README's pictures with viz; the README shows them."""
+    import importlib.util
+    from pathlib import Path
+    root = Path(__file__).parent.parent
+    spec = importlib.util.spec_from_file_location("pictures", root / "docs" / "pictures.py")
+    pictures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pictures)
+    made = pictures.main(tmp_path)
+    assert [p.name for p in made] == ["idea.png", "uneven_shard.png"] and all(p.stat().st_size > 10_000 for p in made)
+    readme = (root / "README.md").read_text()
+    assert all(f"](docs/{p.name})" in readme for p in made)

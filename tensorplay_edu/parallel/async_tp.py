@@ -27,7 +27,7 @@ Numbers: the gathered outputs are computed row block by row block (the same prod
 BLAS may block a smaller matmul differently, so equal to about 1 ulp), and the ring adds the
 ranks' partial sums in its own order (a summation-order difference from the collective's).
 
-Switch it on as torchtitan does (the seed's two lines; only the import changes)::
+Switch it on as torchtitan does (torchtitan's two lines; only the import changes)::
 
     torch._inductor.config._micro_pipeline_tp = True
     enable_symm_mem_for_group(tp_mesh.get_group().group_name)
@@ -79,7 +79,7 @@ def is_async(mesh) -> bool:
         return False
     if any(m == mesh for m in _MESHES):
         return True
-    config = sys.modules.get("torch._inductor.config")  # set by the seed's line; never imported here
+    config = sys.modules.get("torch._inductor.config")  # set by torchtitan's line; never imported here
     return bool(config is not None and getattr(config, "_micro_pipeline_tp", False)
                 and mesh.get_group().group_name in _GROUPS)
 

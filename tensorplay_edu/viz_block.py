@@ -1,0 +1,120 @@
+"""One transformer block of the Llama in :mod:`tensorplay_edu.models.llama`, drawn as the plans
+cut it: Megatron's f and g (the vanilla plan), or the sequence-parallel pair (the full plan).
+
+:func:`block_steps` lists the block top to bottom: each module, each collective (with its
+forward and its backward, Megatron's name beside PyTorch's placements), and the tensor on every
+edge with its placement and *this rank's* local shape.  :func:`draw_block` draws that list.
+``tests/test_viz.py`` runs the real block under ``parallelize_llama`` and checks the list's
+shapes against the tensors the modules return, so the picture cannot drift from the code.
+
+Notation: ``b`` batch, ``s`` sequence, ``h`` model dim, ``H`` / ``K`` query / key-value heads,
+``hd = h / H``, ``F`` the FFN hidden size, ``t`` the TP degree.  Every shape drawn is local.
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+from .placement import chunk_sizes
+from .viz_style import COMM_COLOR, PHASE_COLORS
+
+__all__ = ["block_steps", "draw_block"]
+
+_FILL = {"module": "#E8EEF7", "local": "#FFFFFF", "comm": "#FBE3E3", "input": "#F4F4F4"}
+
+
+def block_steps(sp: bool = False, world_size: int = 2, rank: int = 0, *, batch: int = 2, seq: int = 8,
+                dim: int = 16, n_heads: int = 4, n_kv_heads: int | None = None, ffn_hidden: int | None = None):
+    """The block as a list of steps (dicts): ``kind`` (input / module / comm / local), ``name``,
+    ``what`` (the style, or the collective's Megatron name), ``fwd`` / ``bwd`` (collectives),
+    ``placement`` and ``shape`` (the tensor leaving the step, this rank's local shape),
+    ``also`` (a second reader's shape: wk and wv beside wq) and ``module`` (the fqn whose
+    returned tensor that is, where one does)."""
+    t, r, kv = world_size, rank, n_kv_heads or n_heads
+    if n_heads % t or kv % t:
+        raise ValueError(f"block_steps: n_heads={n_heads} and n_kv_heads={kv} must divide by world_size={t}: "
+                         "each rank holds whole heads")
+    hd, hidden = dim // n_heads, ffn_hidden or 16 * math.ceil(8 * dim / 3 / 16)
+    s_local = chunk_sizes(seq, t)[r]
+    full, seq_shard = [batch, seq, dim], [batch, s_local, dim]
+    block_in = ("Shard(1)", seq_shard) if sp else ("Replicate()", full)
+
+    def step(kind, name, what, placement, shape, fwd="", bwd="", module=None, also=None):
+        return dict(kind=kind, name=name, what=what, fwd=fwd, bwd=bwd, placement=placement, shape=list(shape),
+                    module=module, also=also)
+
+    def enter(sub):  # the Colwise readers' shared input: f, or SP's g
+        if sp:
+            return step("comm", f"{sub} input", "g (SP): all-gather the sequence", "Replicate()", full,
+                        "all_gather (dim 1)", "reduce_scatter (dim 1)")
+        return step("comm", f"{sub} input", "f: identity / all-reduce", "Replicate()", full,
+                    "nothing", "all_reduce")
+
+    def leave(sub, fqn):  # the Rowwise output: g, or the reduce-scatter under SP
+        if sp:
+            return step("comm", f"{sub} output", "g\u0304 (SP): reduce-scatter the sequence", "Shard(1)", seq_shard,
+                        "reduce_scatter (dim 1)", "all_gather (dim 1)", module=fqn)
+        return step("comm", f"{sub} output", "g: all-reduce / identity", "Replicate()", full,
+                    "all_reduce", "nothing", module=fqn)
+
+    norm_style = "SequenceParallel" if sp else "(replicated, not parallelized)"
+    return [
+        step("input", "x (block input)", "the residual stream", *block_in),
+        step("module", "attention_norm", norm_style, *block_in, module="attention_norm"),
+        enter("attention"),
+        step("module", "wq | wk, wv", "ColwiseParallel: heads H/t | K/t", "Shard(-1)",
+             [batch, seq, n_heads // t * hd], module="attention.wq", also=[batch, seq, kv // t * hd]),
+        step("local", "view, RoPE, softmax(qk\u1d40)v", "this rank's heads, no communication", "Shard(2)",
+             [batch, seq, n_heads // t, hd]),
+        step("module", "wo", "RowwiseParallel", "Partial()", full),
+        leave("attention", "attention"),
+        step("local", "+ x", "residual add", *block_in),
+        step("module", "ffn_norm", norm_style, *block_in, module="ffn_norm"),
+        enter("feed_forward"),
+        step("module", "w1, w3", "ColwiseParallel: F/t", "Shard(-1)", [batch, seq, chunk_sizes(hidden, t)[r]],
+             module="feed_forward.w1"),
+        step("local", "silu(w1 x) * w3 x", "elementwise, no communication", "Shard(-1)",
+             [batch, seq, chunk_sizes(hidden, t)[r]]),
+        step("module", "w2", "RowwiseParallel", "Partial()", full),
+        leave("feed_forward", "feed_forward"),
+        step("local", "+ h", "residual add: the block's output", *block_in),
+    ]
+
+
+def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None, **dims):
+    """The block of :func:`block_steps`, top to bottom: modules in blue, work without communication
+    in white, collectives in red with their forward and backward; on each arrow the tensor that
+    flows, as ``placement · local [shape]`` on rank ``rank``.  ``dims``: batch, seq, dim, n_heads,
+    n_kv_heads, ffn_hidden (as :func:`block_steps`)."""
+    steps = block_steps(sp, world_size, rank, **dims)
+    n = len(steps)
+    fig, ax = plt.subplots(figsize=(8.6, 0.62 * n + 1.0))
+    ax.axis("off")
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.6, n - 0.2)
+    for i, st in enumerate(steps):
+        y = n - 1 - i
+        edge = COMM_COLOR if st["kind"] == "comm" else "black"
+        ax.add_patch(FancyBboxPatch((0.4, y - 0.24), 3.9, 0.48, boxstyle="round,pad=0.02", facecolor=_FILL[st["kind"]],
+                                    edgecolor=edge, linewidth=1.4 if st["kind"] == "comm" else 0.8))
+        ax.text(2.35, y + 0.08, st["name"], ha="center", va="center", fontsize=9, weight="bold")
+        ax.text(2.35, y - 0.13, st["what"], ha="center", va="center", fontsize=8,
+                color=COMM_COLOR if st["kind"] == "comm" else "black")
+        if st["kind"] == "comm":
+            ax.text(8.0, y, f"forward: {st['fwd']}\nbackward: {st['bwd']}", ha="left", va="center", fontsize=8,
+                    color="black", bbox=dict(boxstyle="round,pad=0.2", facecolor=PHASE_COLORS["backward"],
+                                             edgecolor=COMM_COLOR))
+        if i + 1 < n:  # the arrow to the next step, labelled with the tensor leaving this one
+            ax.add_patch(FancyArrowPatch((2.35, y - 0.25), (2.35, y - 0.75), arrowstyle="->", mutation_scale=12))
+        shape = f"{st['shape']} | {st['also']}" if st["also"] else f"{st['shape']}"
+        ax.text(4.5, y - 0.5 if i + 1 < n else y - 0.42, f"{st['placement']} \u00b7 local {shape}",
+                ha="left", va="center", fontsize=8, family="monospace")
+    t, seq = world_size, dims.get("seq", 8)
+    ax.set_title(title or (f"one block, {'full plan (sequence parallel)' if sp else 'vanilla plan (Megatron f and g)'}"
+                           f", t = {t}: every shape is rank {rank}'s local shape (s = {seq}"
+                           + (f", s/t = {chunk_sizes(seq, t)[rank]}" if sp else "") + ")"), fontsize=9)
+    fig.tight_layout()
+    return fig
