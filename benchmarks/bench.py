@@ -13,6 +13,11 @@ Float8 rows: for each (config, plan, ranks) also "ours float8" (the float32 mode
 by ``convert_to_float8_training``, output layer excluded, and ``parallelize_llama(...,
 float8=True)``; matmuls through ``torch._scaled_mm``, on the CPU here) against ours in float32
 and the same float8 model on one process (PyTorch's float8 TP needs torchao: not compared).
+The floor (issue 13): "hand", the same model and plan written directly in raw collectives
+(benchmarks/hand.py: Megatron's f, g and the sequence-parallel pair, the in-place vocab-parallel
+cross-entropy, one norm-gradient bucket), checked equal to one process by tests/test_hand.py; the
+small config runs SMALL_ROUNDS interleaved rounds, and the report gives each ratio as the median of
+the per-round ratios with its range.
 Writes benchmarks/results.md and benchmarks/results.png.  Under torchrun it runs one
 variant on GPUs: `torchrun --nproc-per-node 2 benchmarks/bench.py --torchrun --impl ours`
 (`--dtype bfloat16` there for a bf16 model; float32 otherwise; `--float8` for ours with the
@@ -187,15 +192,15 @@ def _layer_saved_bytes(model, step) -> int:
 def activation_formula(config: str, plan: str, world: int) -> int:
     """Bytes one block saves for backward per rank: Korthikanti et al. 2022 adapted to this
     Llama in notebooks/04_sequence_parallel.ipynb (SwiGLU, no dropout, SDPA saving a
-    log-sum-exp, float32 RoPE tables): TP = p[6sbh + 2sb + (4sbh + 4sbf + asb)/t + 2s hd],
-    TP+SP = p[2sbh + (8sbh + 4sbf + (a+2)sb)/t + 2s hd]."""
+    log-sum-exp): TP = p[6sbh + 2sb + (4sbh + 4sbf + asb)/t], TP+SP = p[2sbh + (8sbh + 4sbf + (a+2)sb)/t].
+    Notebook 04's formula adds the RoPE tables' slices (2s hd p); they are the model's buffers now,
+    which the measurement (_layer_saved_bytes) leaves out with the parameters."""
     c = CONFIGS[config]
     s, b, h, a, t, p = c["seq"], c["batch"], c["dim"], 8, world, 4
     f = 16 * -(-8 * h // (3 * 16))  # SwiGLU hidden, as in models/llama.py
-    hd = h // a
     if plan == "full":
-        return p * (2 * s * b * h + (8 * s * b * h + 4 * s * b * f + (a + 2) * s * b) // t + 2 * s * hd)
-    return p * (6 * s * b * h + 2 * s * b + (4 * s * b * h + 4 * s * b * f + a * s * b) // t + 2 * s * hd)
+        return p * (2 * s * b * h + (8 * s * b * h + 4 * s * b * f + (a + 2) * s * b) // t)
+    return p * (6 * s * b * h + 2 * s * b + (4 * s * b * h + 4 * s * b * f + a * s * b) // t)
 
 
 def _cores() -> int:
@@ -252,6 +257,46 @@ def block_ring_overlap(model, config: str, mesh, dtype: torch.dtype, device) -> 
 DECOMPOSED = ("all_gather_matmul", "matmul_reduce_scatter")
 
 
+def rank_loss_bench(config: str, repeats: int = 7) -> dict:
+    """The loss alone, forward and backward, on this rank's vocabulary slice of the config's logits
+    ([b * s, V/t], float32): ours (``F.cross_entropy`` under ``loss_parallel()``) against the floor's
+    (hand.VocabParallelCrossEntropy), interleaved; the medians of each and of the per-repeat ratio."""
+    from hand import VocabParallelCrossEntropy
+    from tensorplay_edu import DTensor, Shard
+    from tensorplay_edu.parallel import loss_parallel
+    c = CONFIGS[config]
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    t, r = mesh.size(), mesh.get_local_rank()
+    g = torch.Generator().manual_seed(2)
+    n, vocab = c["batch"] * c["seq"], c["vocab_size"]
+    local = torch.randn(n, vocab, generator=g).chunk(t, 1)[r].contiguous().requires_grad_(True)
+    labels = torch.randint(0, vocab, (n,), generator=g)
+    offset = r * -(-vocab // t)
+
+    def ours():
+        with loss_parallel():
+            torch.nn.functional.cross_entropy(DTensor.from_local(local, mesh, [Shard(1)], shape=(n, vocab)),
+                                              labels).backward()
+
+    def hand():
+        VocabParallelCrossEntropy.apply(local, labels, offset, None).backward()
+
+    times = {"ours": [], "hand": []}
+    for i in range(repeats + 1):
+        for name, fn in (("ours", ours), ("hand", hand)) if i % 2 else (("hand", hand), ("ours", ours)):
+            dist.barrier()
+            start = time.perf_counter()
+            fn()
+            local.grad = None
+            if i:  # the first round warms up
+                times[name].append(time.perf_counter() - start)
+    everyone = [None] * t
+    dist.all_gather_object(everyone, times)
+    slowest = {k: [max(ts[k][i] for ts in everyone) for i in range(repeats)] for k in times}
+    return {"ours_ms": 1000 * statistics.median(slowest["ours"]), "hand_ms": 1000 * statistics.median(slowest["hand"]),
+            "ratios": [a / b for a, b in zip(slowest["ours"], slowest["hand"])]}
+
+
 def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int, dtype: torch.dtype = torch.float32,
                float8: bool = False, async_tp_on: bool = False, pin: bool = False) -> dict:
     """One variant on this rank: per-step times, collectives, bytes, memory (``dtype``: --torchrun --dtype;
@@ -278,10 +323,19 @@ def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int, dtype
         if plan == "full":
             from torch.distributed.tensor.parallel import loss_parallel
             loss_ctx = loss_parallel
+    elif impl == "hand":  # the floor: the same model and plan in raw collectives (benchmarks/hand.py)
+        from hand import HandLlama
+        model = HandLlama(model, plan)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     pinned = pin_compute_thread() if pin else {"cores": _cores()}  # pinned after every group exists
 
     def step(fused: bool = async_tp_on):
+        if impl == "hand":
+            from hand import hand_step
+            hand_step(model, tokens, labels)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return
         with loss_ctx():
             with async_tp.enable_async_tp(mesh) if fused else contextlib.nullcontext():
                 out = model(tokens)  # the backward follows what the forward chose
@@ -360,7 +414,8 @@ def variants(quick: bool):
 
 # Each launched variant: (row label, impl passed to rank_bench, float8).  "ours float8" is the
 # float32 model converted to float8; its rows sit in a table of their own (report.py).
-IMPLS = (("ours", "ours", False), ("torch", "torch", False), ("ours float8", "ours", True))
+IMPLS = (("ours", "ours", False), ("hand", "hand", False), ("torch", "torch", False), ("ours float8", "ours", True))
+SMALL_ROUNDS = 6  # interleaved rounds of the small config (the medium one runs the first `repeats` of them)
 SINGLES = (("single", False), ("single float8", True))
 # Async rows (full plan, async_configs()): row label -> (async TP on, main thread pinned).  "ours" (in IMPLS)
 # is their synchronous reference; the pinned pair runs on 2 ranks only (2 cores here: one for compute).
@@ -386,8 +441,11 @@ def run(args) -> list[dict]:
     only = getattr(args, "async_only", False)
     chosen = [args.config] if only else async_configs(args.quick)
     todo = [(c, "full", w) for c in chosen for w in (2, 4)] if only else list(variants(args.quick))
-    for rep in range(repeats):
+    rounds = repeats if only or args.quick else max(repeats, SMALL_ROUNDS)
+    for rep in range(rounds):
         for config, plan, world in todo:
+            if config != "small" and rep >= repeats:
+                continue
             n = steps if config == "small" else 2
             for label, impl, float8 in (IMPLS[:1] if only else IMPLS):
                 res = launch(rank_bench, world, config, plan, impl, n, warmup, torch.float32, float8, timeout=600)[0]
@@ -400,13 +458,18 @@ def run(args) -> list[dict]:
             if plan == "full" and rep == 0 and not only:
                 res = launch(rank_bench, world, config, "gathered", "ours", 1, 0, timeout=600)[0]
                 rows[(config, "gathered", world, "ours")] = [res]
-        for config in ({c for c, _, _ in todo} if not only else ()):
+        for config in ({c for c, _, _ in todo if c == "small" or rep < repeats} if not only else ()):
             for label, float8 in SINGLES:
                 res = launch(rank_bench, 1, config, "none", "single", steps if config == "small" else 2, warmup,
                              torch.float32, float8, threads=2, timeout=600)[0]
                 singles.setdefault((config, label), []).append(res)
-        print(f"repeat {rep + 1}/{repeats} done", flush=True)
-    return summarize(rows, singles)
+        print(f"round {rep + 1}/{rounds} done", flush=True)
+    table = summarize(rows, singles)
+    for config in ([] if only else ["small"] if args.quick else ["small", "medium"]):
+        for world in (2, 4):  # the loss alone, ours against the floor's
+            res = launch(rank_loss_bench, world, config, 5 if args.quick else 9, timeout=600)[0]
+            table.append({"config": config, "plan": "loss", "world": world, "impl": "loss", **res})
+    return table
 
 
 def summarize(rows, singles) -> list[dict]:
@@ -460,7 +523,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small config only, fewer steps (< 2 minutes)")
     parser.add_argument("--torchrun", action="store_true", help="one variant under torchrun (GPUs: NCCL)")
-    parser.add_argument("--impl", choices=["ours", "torch"], default="ours")
+    parser.add_argument("--impl", choices=["ours", "hand", "torch"], default="ours")
     parser.add_argument("--plan", choices=["vanilla", "full"], default="full")
     parser.add_argument("--config", choices=sorted(CONFIGS), default="small")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,

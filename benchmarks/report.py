@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import statistics
 import textwrap
 
-# Targets of issue 5: step time ours / PyTorch per config.
+# Targets of issue 5: step time ours / PyTorch per config; of issue 13: ours / the hand-written floor.
 TARGET_RATIO = {"small": 0.7, "medium": 1.0}
+TARGET_FLOOR = 1.05
+TARGET_LOSS = 1.2  # the medium model's loss, ours / the floor's
 
 
 def _find(table, **keys):
@@ -61,6 +64,8 @@ def render(table: list[dict], quick: bool, folder: str) -> str:
                      f"{row['layer_formula']:,} | {100 * diff:+.1f}% | {'yes' if abs(diff) <= 0.10 else 'NO'} |")
     lines += ["", f"Step-time targets met: {sum(verdicts)} of {len(verdicts)}; activation-memory checks within 10%: "
               f"{sum(memory_ok)} of {len(memory_ok)}.", ""]
+    lines += floor_section(table)
+    lines += loss_section(table)
     lines += float8_section(table)
     lines += async_section(table)
     lines += ["Reproduce: `make bench` (or `python benchmarks/bench.py --quick`).", ""]
@@ -69,6 +74,62 @@ def render(table: list[dict], quick: bool, folder: str) -> str:
         f.write(text)
     _chart(table, os.path.join(folder, "results.png"))
     return text
+
+
+def _per_round(row, ref) -> list[float]:
+    """The ratio row / ref in each interleaved round (the same round for both: a slow spell hits both)."""
+    return [a / b for a, b in zip(row["repeats_ms"], ref["repeats_ms"])]
+
+
+def floor_section(table: list[dict]) -> list[str]:
+    """Ours against the hand-written floor (and PyTorch): per-round ratios, their median and range."""
+    rows = sorted((r for r in table if r["impl"] == "ours" and r["plan"] in ("vanilla", "full")),
+                  key=lambda r: (r["config"], r["world"], r["plan"]))
+    rows = [r for r in rows if _find(table, config=r["config"], plan=r["plan"], world=r["world"], impl="hand")]
+    if not rows:
+        return []
+    lines = ["## The floor: the same model written by hand (benchmarks/hand.py)", "",
+             "Each ratio is the median over the interleaved rounds of that round's ratio, with its range (min to "
+             "max): a difference inside the range is noise.", "",
+             "| config | plan | ranks | rounds | hand ms | ours ms | PyTorch ms | ours/hand | range | target |"
+             " ours/PyTorch | range |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    met = []
+    for row in rows:
+        hand = _find(table, config=row["config"], plan=row["plan"], world=row["world"], impl="hand")
+        ref = _find(table, config=row["config"], plan=row["plan"], world=row["world"], impl="torch")
+        floor, vs_torch = _per_round(row, hand), _per_round(row, ref) if ref else []
+        mid = statistics.median(floor)
+        met.append(mid <= TARGET_FLOOR)
+        torch_mid = f"{statistics.median(vs_torch):.2f}" if vs_torch else "-"
+        torch_span = f"{min(vs_torch):.2f} to {max(vs_torch):.2f}" if vs_torch else "-"
+        lines.append(f"| {row['config']} | {row['plan']} | {row['world']} | {len(floor)} | {hand['median_ms']:.0f} | "
+                     f"{row['median_ms']:.0f} | {ref['median_ms']:.0f} | {mid:.2f} | {min(floor):.2f} to "
+                     f"{max(floor):.2f} | <= {TARGET_FLOOR} {'met' if mid <= TARGET_FLOOR else 'MISSED'} | "
+                     f"{torch_mid} | {torch_span} |")
+    lines += ["", f"Floor targets met: {sum(met)} of {len(met)}. The hand-written model issues the same collectives "
+              "as ours but one: under the full plan it sums the norm weights' partial gradients in one bucket after "
+              "backward, where ours all-reduces each as it arrives (2L + 1 small all-reduces; whole before DDP's "
+              "hooks read it).", ""]
+    return lines
+
+
+def loss_section(table: list[dict]) -> list[str]:
+    """The cross-entropy alone, forward and backward: loss_parallel against the floor's."""
+    rows = sorted((r for r in table if r["impl"] == "loss"), key=lambda r: (r["config"], r["world"]))
+    if not rows:
+        return []
+    lines = ["## The loss alone: `loss_parallel` against the floor's cross-entropy", "",
+             "`F.cross_entropy` under `loss_parallel()` on this rank's [b * s, V/t] slice of float32 logits, forward "
+             "and backward, against benchmarks/hand.py's `VocabParallelCrossEntropy` on the same slice, interleaved "
+             "(slowest rank; median of the per-repeat ratios, and their range).", "",
+             "| config | ranks | repeats | hand ms | ours ms | ours/hand | range | target |", "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        mid = statistics.median(row["ratios"])
+        target = f"<= {TARGET_LOSS} {'met' if mid <= TARGET_LOSS else 'MISSED'}" if row["config"] == "medium" else "-"
+        lines.append(f"| {row['config']} | {row['world']} | {len(row['ratios'])} | {row['hand_ms']:.1f} | "
+                     f"{row['ours_ms']:.1f} | {mid:.2f} | {min(row['ratios']):.2f} to {max(row['ratios']):.2f} | "
+                     f"{target} |")
+    return lines + [""]
 
 
 def _span(values, fmt="{:.2f}") -> str:

@@ -494,3 +494,87 @@ def one_dim_unchanged() -> tuple[list[str], int]:
             fails.append(f"1-D {reduction}: collectives {comm.get_comm_counts('forward')} / "
                          f"{comm.get_comm_counts('backward')}")
     return fails, n
+
+
+def extreme_logits(dtype_name: str) -> tuple[list[str], int]:
+    """Large offsets and scales (the max all-reduce matters: with a sum in its place, exp overflows or the
+    shift is wrong and the loss is inf / nan): checked finite and equal to F.cross_entropy on the whole logits,
+    for the loss, its logits gradient, and the log_softmax -> nll_loss path."""
+    dtype = getattr(torch, dtype_name)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    t, r = mesh.size(), mesh.get_local_rank()
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-5)
+    fails, n = [], 0
+    cases = [("+30", 1.0, 30.0), ("-100", 1.0, -100.0), ("x50", 50.0, 0.0), ("x20 +1000", 20.0, 1000.0),
+             ("one class far ahead", 1.0, "spike")]
+    for i, (name, scale, offset) in enumerate(cases):
+        for shape, eps in (((7, 13), 0.0), ((5, 4, 3), 0.1)):
+            g = torch.Generator().manual_seed(100 + i)
+            full = torch.randn(shape, generator=g, dtype=torch.float64) * scale
+            if offset == "spike":  # one class per row 60 above the rest: the max sits on one rank
+                full.view(shape[0], shape[1], -1)[:, shape[1] - 1] += 60
+            else:
+                full += offset
+            full = full.to(dtype).requires_grad_(True)
+            local = chunk(full.detach(), 1, t, r).clone().requires_grad_(True)
+            dt = DTensor.from_local(local, mesh, [Shard(1)], shape=shape)
+            target = torch.randint(0, shape[1], (shape[0], *shape[2:]), generator=g)
+            ref = F.cross_entropy(full, target, label_smoothing=eps)
+            ref.backward()
+            with loss_parallel():
+                loss = F.cross_entropy(dt, target, label_smoothing=eps)
+                loss.backward()
+                local2 = local.detach().clone().requires_grad_(True)
+                dt2 = DTensor.from_local(local2, mesh, [Shard(1)], shape=shape)
+                nll = F.nll_loss(F.log_softmax(dt2, 1), target)
+                nll.backward()
+            label = f"{dtype_name} {name} {shape} eps={eps}"
+            n += 4
+            if not (torch.isfinite(loss) and torch.isfinite(local.grad).all()):
+                fails.append(f"{label}: not finite: loss {loss.item()}")
+            if not torch.allclose(loss.detach(), ref.detach(), **tol):
+                fails.append(f"{label}: loss {loss.item()} != {ref.item()}")
+            if not torch.allclose(local.grad, chunk(full.grad, 1, t, r), **tol):
+                fails.append(f"{label}: logits gradient differs")
+            if eps == 0.0 and not (torch.allclose(nll.detach(), ref.detach(), **tol)
+                                   and torch.allclose(local2.grad, chunk(full.grad, 1, t, r), **tol)):
+                fails.append(f"{label}: log_softmax -> nll_loss {nll.item()} != {ref.item()} (or its gradient)")
+    return fails, n
+
+
+def one_buffer() -> tuple[list[str], int]:
+    """The cross-entropy keeps one [N, V/t] tensor for backward (the softmax, not the logits), returns its
+    gradient in that same buffer, and refuses a second backward with a clear error."""
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    t, r = mesh.size(), mesh.get_local_rank()
+    fails, n = [], 0
+    shape = (6, 40)
+    full = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    local = chunk(full, 1, t, r).clone().requires_grad_(True)
+    target = torch.arange(6) * 5
+    big = []
+
+    def pack(x):
+        if x.dim() == 2 and x.shape[1] == local.shape[1]:
+            big.append(x)
+        return x
+
+    with loss_parallel(), torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        loss = F.cross_entropy(DTensor.from_local(local, mesh, [Shard(1)], shape=shape), target, label_smoothing=0.1)
+    n += 3
+    if len(big) != 1 or big[0].data_ptr() == local.data_ptr():
+        fails.append(f"saved for backward: {len(big)} [N, V/t] tensors (want 1, the softmax, not the logits)")
+    softmax = torch.softmax(full, 1)
+    if big and not torch.allclose(big[0], chunk(softmax, 1, t, r), rtol=1e-12, atol=1e-15):
+        fails.append("the saved [N, V/t] tensor is not this rank's slice of the softmax")
+    ptr = big[0].data_ptr() if big else None
+    grads = torch.autograd.grad(loss, local, retain_graph=True)
+    if grads[0].data_ptr() != ptr:
+        fails.append("the gradient is not written into the softmax buffer")
+    try:
+        torch.autograd.grad(loss, local)
+        fails.append("a second backward through the same loss ran")
+    except RuntimeError as e:
+        if "runs once" not in str(e):
+            fails.append(f"second backward: unclear error {e}")
+    return fails, n

@@ -56,6 +56,17 @@ def test_loss_parallel_matches_cross_entropy(world_size):
     _clean(launch(rank_loss.log_softmax_paths, world_size), at_least=14)
 
 
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_loss_parallel_with_large_logit_offsets_and_scales(world_size, dtype):
+    _clean(launch(rank_loss.extreme_logits, world_size, dtype), at_least=40)
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_loss_parallel_keeps_one_buffer_and_backs_through_it_once(world_size):
+    _clean(launch(rank_loss.one_buffer, world_size), at_least=3)
+
+
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_collectives_of_one_training_step(world_size):
     L = 3

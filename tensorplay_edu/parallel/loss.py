@@ -11,7 +11,9 @@ of V).  Per row:
 ``loss = (1 - eps) * w_y * (lse - x_y) + eps / V * (W * lse - sum_c w_c x_c)``, with
 ``W = sum_c w_c`` over the *global* V classes (Megatron divides by the local count).
 The gradient is local, no communication: ``(1 - eps) w_y (softmax - onehot_y) + eps / V
-(W softmax - w)``, times the reduction's scale.
+(W softmax - w)``, times the reduction's scale.  One ``[N, V/t]`` buffer does it all, as in
+Megatron: ``x - m``, exponentiated and divided in place into the softmax (kept for backward
+instead of the logits), then scaled in place into the gradient (so: one backward per loss).
 
 **N-D meshes** (DP x TP, CP x TP, ...).  Exactly one mesh dim shards the class dim (dim 1,
 or 0 for 1-D logits): the *TP dim*.  Every other mesh dim shards another tensor dim (the
@@ -88,7 +90,7 @@ def _layout(dt: DTensor, dim: int, what: str):
 def _rows(dt: DTensor, dim: int):
     """This rank's logits as [local rows, local classes] (and the moved shape to undo it)."""
     moved = dt.to_local().movedim(dim, -1)  # [.., V/t]
-    return moved.reshape(-1, moved.shape[-1]), moved.shape
+    return moved.reshape(moved.shape[:-1].numel(), moved.shape[-1]), moved.shape  # (V/t may be 0: no -1)
 
 
 @torch.no_grad()
@@ -123,7 +125,13 @@ class _LogSoftmax(torch.autograd.Function):
 
 class _VocabParallelNLL(torch.autograd.Function):
     """Forward: the loss from rows of logits (``softmax=True``) or of log-probabilities.
-    Backward: local, no communication."""
+    Backward: local, no communication, written into the softmax buffer the forward owns.
+
+    Arithmetic passes over the ``[N, V/t]`` slice, as Megatron's vocab-parallel cross-entropy:
+    forward ``buf = x - m`` (the one fresh buffer), ``exp_`` in place (the one exp), ``sum``,
+    ``div_`` in place: ``buf`` is the softmax, saved; the logits themselves are not kept.
+    Backward scales ``buf`` in place and subtracts the target's share: ``buf`` becomes the
+    gradient, so the graph can be run backward once (a second time raises)."""
 
     @staticmethod
     def forward(ctx, rows, lse, target, weight, ignore_index, eps, reduction, comm, offset, classes, softmax):
@@ -135,17 +143,28 @@ class _VocabParallelNLL(torch.autograd.Function):
         picked = rows.gather(1, local_idx[:, None]).squeeze(1) if rows.shape[1] else rows.new_zeros(target.shape)
         sums = [picked.masked_fill(~mine, 0)]  # [N]: x_y on its owner, 0 elsewhere
         w_local = None if weight is None else weight.narrow(0, offset, rows.shape[1])
-        if eps > 0:
-            sums.append((rows if w_local is None else rows * w_local).sum(1))  # [N]: sum_c w_c x_c, this rank's part
+        if eps > 0:  # [N]: sum_c w_c x_c, this rank's part (a matrix-vector product: no [N, V/t] temporary)
+            sums.append(rows.sum(1) if w_local is None else rows @ w_local.to(rows.dtype))
+        buf = None
+        if softmax and lse is None:  # the global log-sum-exp: 2 all-reduces on the TP group
+            local_max = rows.amax(1) if rows.shape[1] else rows.new_full(rows.shape[:1], float("-inf"))
+            m = _all_reduce(local_max, mesh, [tp], "max")  # [N]
+            m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+            buf = rows - m[:, None]  # [N, V/t]: the one fresh buffer
+            total = _all_reduce(buf.exp_().sum(1), mesh, [tp])  # [N]
+            buf.div_(total[:, None])  # the softmax, in place
+            lse = m + total.log()
+        elif softmax:  # lse given (nll_loss of our log_softmax): the softmax in one fresh buffer
+            buf = (rows - lse[:, None]).exp_()
         packed = _all_reduce(torch.stack(sums), mesh, [tp])  # [1 or 2, N]
-        w_y = (torch.ones_like(lse) if weight is None else weight[safe]) * valid
+        w_y = (torch.ones_like(lse) if weight is None else weight[safe].to(lse.dtype)) * valid
         loss = (1 - eps) * w_y * (lse - packed[0])
         total_w = classes if weight is None else weight.sum()
         if eps > 0:
             loss = loss + eps / classes * (total_w * lse - packed[1]) * valid
-        ctx.save_for_backward(rows, lse, w_y, valid, local_idx, mine)
-        ctx.args = (w_local, eps, reduction, classes, total_w, softmax)
-        ctx.denominator = 1
+        ctx.save_for_backward(buf, w_y, valid, local_idx, mine)
+        ctx.args = (w_local, eps, reduction, classes, total_w, softmax, tuple(rows.shape), rows.dtype)
+        ctx.denominator, ctx.spent = 1, False
         if reduction == "none":
             return loss
         # [sum of row losses, sum of w_y]: local rows -> all rows, one all-reduce over the row dims
@@ -159,22 +178,28 @@ class _VocabParallelNLL(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):
-        rows, lse, w_y, valid, local_idx, mine = ctx.saved_tensors
-        w_local, eps, reduction, classes, total_w, softmax = ctx.args
-        onehot = torch.zeros_like(rows)
-        if rows.shape[1]:
-            onehot.scatter_(1, local_idx[:, None], mine[:, None].to(rows.dtype))
-        if softmax:
-            p = (rows - lse[:, None]).exp()  # [N, V/t]
-            grad = (1 - eps) * w_y[:, None] * (p - onehot)
+        if ctx.spent:
+            raise RuntimeError("loss_parallel: this loss's backward already ran; it writes the gradient into the "
+                               "softmax buffer it saved, so it runs once (retain_graph=True cannot reuse it). "
+                               "Compute the loss again for a second backward.")
+        ctx.spent = True
+        buf, w_y, valid, local_idx, mine = ctx.saved_tensors
+        w_local, eps, reduction, classes, total_w, softmax, shape, dtype = ctx.args
+        scale = grad_out if reduction == "none" else grad_out / ctx.denominator  # [N] or a scalar
+        hit = torch.where(valid, scale * (1 - eps) * w_y, 0)  # [N]: what the target's own logit loses
+        if not softmax:  # the rows were log-probabilities: only the targets get a gradient
+            grad = torch.zeros(shape, dtype=dtype, device=w_y.device)
+        else:  # grad = scale * ((1 - eps) w_y (p - onehot) + eps / V (W p - w)), row by row, in buf
+            grad = buf.mul_(torch.where(valid, scale * ((1 - eps) * w_y + eps / classes * total_w), 0)[:, None])
             if eps > 0:
-                w = torch.ones_like(p) if w_local is None else w_local[None, :].expand_as(p)
-                grad = grad + eps / classes * (total_w * p - w) * valid[:, None]
-        else:
-            grad = -w_y[:, None] * onehot
-        scale = grad_out[:, None] if reduction == "none" else grad_out / ctx.denominator
-        grad = torch.where(valid[:, None], grad * scale, 0)  # ignored rows: 0, even for a mean over none (0/0)
-        return grad.to(rows.dtype), *([None] * 10)
+                share = torch.where(valid, scale * eps / classes, 0)[:, None]  # [N, 1]
+                if w_local is None:
+                    grad.sub_(share)
+                else:
+                    grad.addcmul_(share, w_local[None, :].to(dtype), value=-1)
+        if shape[1]:
+            grad.scatter_add_(1, local_idx[:, None], -(hit * mine)[:, None].to(dtype))
+        return grad, *([None] * 10)
 
 
 def _target(target, x: DTensor, mesh, placements, dim: int, rows: int):
@@ -219,8 +244,6 @@ def _loss(x: DTensor, target, weight, ignore_index, reduction, eps, lse=None, so
         weight = weight.full_tensor()
     if weight is not None and weight.shape != (classes,):
         raise ValueError(f"{name}: weight must have {classes} entries (one per class), got {tuple(weight.shape)}")
-    if lse is None:
-        lse = _logsumexp(rows, mesh, tp)
     offset = chunk_offset(classes, mesh.size(tp), mesh.get_local_rank(tp))
     out = _VocabParallelNLL.apply(rows, lse, flat, weight, ignore_index, eps, reduction, (mesh, tp, row_dims),
                                   offset, classes, softmax)
