@@ -3,6 +3,8 @@ parallelize_module's matching and errors, state dicts."""
 
 from __future__ import annotations
 
+import glob
+import os
 import warnings
 
 import torch
@@ -15,6 +17,19 @@ from tensorplay_edu import CommDebugMode, Replicate, Shard, init_device_mesh
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
 from tensorplay_edu.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel,
                                      full_state_dict, load_full_state_dict, param_layout, parallelize_module)
+
+
+SEEDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "seeds")
+
+
+def seed_apply_tp_text() -> str | None:
+    """torchtitan's apply_tp, verbatim from the documents the project grew from, when ../shared/seeds is beside
+    the clone (CI); None in a user's clone (the tests then check tensorplay_edu.models.apply_tp only)."""
+    paths = [p for p in glob.glob(os.path.join(SEEDS, "*.txt")) if "def apply_tp" in open(p).read()]
+    if not paths:
+        return None
+    text = open(paths[0]).read()
+    return text[text.index("def apply_tp"):]
 
 
 def step_counts(plan: str, n_layers: int, apply=None) -> dict:

@@ -2,18 +2,16 @@
 and against one process, switched on the seed's way and explicitly; counts, bytes, timeline."""
 
 import functools
-import glob
-import os
 
 import pytest
 import torch
 
 import rank_async
 import rank_parallel
+import rank_plans
 from tensorplay_edu import launch
 from tensorplay_edu.timeline import overlap
 
-SEEDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "seeds")
 L = 2
 
 
@@ -64,18 +62,13 @@ def test_the_vanilla_plan_has_nothing_to_decompose():
     assert torch.equal(fused["loss"], sync["loss"]) and fused["kinds"] == []
 
 
-def _seed_source():
-    paths = [p for p in glob.glob(os.path.join(SEEDS, "*.txt")) if "def apply_tp" in open(p).read()]
-    if not paths:
-        return None
-    text = open(paths[0]).read()
-    return text[text.index("def apply_tp"):]
 
 
 def test_apply_tp_with_enable_async_tp():
     """tensorplay_edu.models.apply_tp always; torchtitan's verbatim text too when ../shared/seeds is there,
     with its enable_symm_mem_for_group import pointed at tensorplay_edu.parallel.async_tp."""
-    for source in [None] + ([_seed_source()] if _seed_source() else []):
+    seed = rank_plans.seed_apply_tp_text()
+    for source in [None] + ([seed] if seed else []):
         assert source is None or "torch.distributed._symmetric_memory" in source
         _clean(launch(functools.partial(rank_async.seed_async, source), 2), at_least=180)
 

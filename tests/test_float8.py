@@ -3,17 +3,15 @@ float8 model on one device (the same scales; only summation order differs), the 
 model over 30 steps, and every collective of a step (float8 all-gathers at 1 byte per element)."""
 
 import functools
-import glob
 import math
-import os
 from collections import Counter
 
 import pytest
 
 import rank_float8
+import rank_plans
 from tensorplay_edu import launch
 
-SEEDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "seeds")
 L, B, S, H = 2, 2, 12, 48  # rank_float8.ARGS and its batch
 
 
@@ -38,19 +36,14 @@ def test_float8_tp_with_scaled_mm_equals_one_device(plan):
     _clean(launch(functools.partial(rank_float8.against_one_device, plan, "float32"), 4), at_least=180)
 
 
-def _seed_source():
-    paths = [p for p in glob.glob(os.path.join(SEEDS, "*.txt")) if "def apply_tp" in open(p).read()]
-    if not paths:
-        return None
-    text = open(paths[0]).read()
-    return text[text.index("def apply_tp"):]
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_apply_tp_with_enable_float8_tensorwise_tp(world_size):
     """tensorplay_edu.models.apply_tp always; torchtitan's verbatim text too when ../shared/seeds is
     there, with only its float8 import pointed at tensorplay_edu.float8."""
-    sources = [None] + ([_seed_source()] if _seed_source() else [])
+    seed = rank_plans.seed_apply_tp_text()
+    sources = [None] + ([seed] if seed else [])
     for source in sources:
         assert source is None or "torchao.float8.float8_tensor_parallel" in source
         _clean(launch(functools.partial(rank_float8.seed_float8, source), world_size), at_least=180)

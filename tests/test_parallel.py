@@ -1,6 +1,5 @@
 """Parallel styles, parallelize_module, loss_parallel and the Llama plans against one process."""
 
-import glob
 import os
 import warnings
 
@@ -13,7 +12,7 @@ from tensorplay_edu import Replicate, Shard, launch
 from tensorplay_edu.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleInputOutput,
                                      PrepareModuleOutput, RowwiseParallel, SequenceParallel)
 
-SEEDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "seeds")
+SEEDS = rank_plans.SEEDS
 
 
 def _clean(results, at_least):
@@ -83,20 +82,13 @@ def test_collectives_of_one_training_step(world_size):
     assert vanilla["optimizer"] == 0
 
 
-def _seed_source():
-    """torchtitan's apply_tp as the project's seed has it, when ../shared/seeds is beside the clone (CI)."""
-    paths = [p for p in glob.glob(os.path.join(SEEDS, "*.txt")) if "def apply_tp" in open(p).read()]
-    if not paths:
-        return None
-    text = open(paths[0]).read()
-    return text[text.index("def apply_tp"):]
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_apply_tp_runs_with_only_its_imports_changed(world_size):
     """tensorplay_edu.models.apply_tp always; the seed's verbatim text too when ../shared/seeds is there."""
     sources = {"tensorplay_edu.models.apply_tp": None}
-    seed = _seed_source()
+    seed = rank_plans.seed_apply_tp_text()
     if seed is None:
         warnings.warn(f"{os.path.normpath(SEEDS)} is not beside this clone: checked tensorplay_edu.models.apply_tp "
                       "only, not the seed's verbatim text")
