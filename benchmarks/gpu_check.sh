@@ -148,23 +148,41 @@ else
   fail c "exit status $rc: ${verdict:-no verdict line}" "$log"
 fi
 
+bench_line() {  # log: the last "... ms/step ..." line's ms and bytes, as "MS BYTES"
+  local ms bytes
+  ms=$(grep -oE '[0-9]+(\.[0-9]+)? ms/step' "$1" | tail -n 1 | cut -d' ' -f1)
+  bytes=$(grep -oE 'gather\+scatter bytes/rank [0-9,]+' "$1" | tail -n 1 | awk '{ gsub(",", "", $3); print $3 }')
+  echo "$ms ${bytes:-0}"
+}
+
+# One bench variant under torchrun (full plan, bf16, BENCH_CONFIG) into its log; when it fails or prints no
+# ms/step line: the check's FAIL line with the reason, and status 1.
+bench_run() {  # id, label, log, bench.py flags...
+  local id=$1 label=$2 log=$3 rc why
+  shift 3
+  timeout -k 30 "$TIMEOUT" "${TR[@]}" benchmarks/bench.py --torchrun --plan full --config "$BENCH_CONFIG" \
+    --dtype bfloat16 "$@" >"$log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 0 ] && [ -n "$(bench_line "$log" | cut -d' ' -f1)" ]; then
+    return 0
+  fi
+  why="exit status $rc"
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then why="timed out after $TIMEOUT s"; fi
+  if [ "$rc" -eq 0 ]; then why="exit status 0 but no ms/step line"; fi
+  fail "$id" "$label: $why" "$log"
+  return 1
+}
+
 # d: ms/step of each implementation, and the ratio (a measurement: no threshold).
 declare -A MS
 d_ok=1
 for impl in ours torch; do
   log="$LOGS/d-$impl.log"
-  timeout -k 30 "$TIMEOUT" "${TR[@]}" benchmarks/bench.py --torchrun --impl "$impl" --plan full \
-    --config "$BENCH_CONFIG" --dtype bfloat16 >"$log" 2>&1
-  rc=$?
-  MS[$impl]=$(grep -oE '[0-9]+(\.[0-9]+)? ms/step' "$log" | tail -n 1 | cut -d' ' -f1)
-  if [ "$rc" -ne 0 ] || [ -z "${MS[$impl]}" ]; then
-    why="exit status $rc"
-    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then why="timed out after $TIMEOUT s"; fi
-    if [ "$rc" -eq 0 ]; then why="exit status 0 but no ms/step line"; fi
-    fail d "--impl $impl: $why" "$log"
+  if ! bench_run d "--impl $impl" "$log" --impl "$impl"; then
     d_ok=0
     break
   fi
+  MS[$impl]=$(bench_line "$log" | cut -d' ' -f1)
 done
 if [ "$d_ok" -eq 1 ]; then
   ratio=$(awk -v a="${MS[ours]}" -v b="${MS[torch]}" 'BEGIN { printf "%.2f", a / b }')
@@ -174,12 +192,6 @@ fi
 
 # d2: ours with the float8 model and styles against ours in bf16 (d's number when d measured it);
 # a measurement, no threshold. Bytes: gather+scatter bytes per rank, float8 / bf16.
-bench_line() {  # log: the last "... ms/step ..." line's ms and bytes, as "MS BYTES"
-  local ms bytes
-  ms=$(grep -oE '[0-9]+(\.[0-9]+)? ms/step' "$1" | tail -n 1 | cut -d' ' -f1)
-  bytes=$(grep -oE 'gather\+scatter bytes/rank [0-9,]+' "$1" | tail -n 1 | awk '{ gsub(",", "", $3); print $3 }')
-  echo "$ms ${bytes:-0}"
-}
 if [ "$N" -gt 0 ] && [ "${FP8_OK:-0}" != "1" ]; then
   echo "SKIP ${WHAT[d2]} (float8 matmuls need compute capability 8.9 or above; ${CAPS:-unknown} here)"
 else
@@ -193,14 +205,7 @@ else
     else
       extra=()
       if [ "$variant" = float8 ]; then extra=(--float8); fi
-      timeout -k 30 "$TIMEOUT" "${TR[@]}" benchmarks/bench.py --torchrun --impl ours --plan full \
-        --config "$BENCH_CONFIG" --dtype bfloat16 ${extra[@]+"${extra[@]}"} >"$log" 2>&1
-      rc=$?
-      if [ "$rc" -ne 0 ] || [ -z "$(bench_line "$log" | cut -d' ' -f1)" ]; then
-        why="exit status $rc"
-        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then why="timed out after $TIMEOUT s"; fi
-        if [ "$rc" -eq 0 ]; then why="exit status 0 but no ms/step line"; fi
-        fail d2 "ours $variant: $why" "$log"
+      if ! bench_run d2 "ours $variant" "$log" --impl ours ${extra[@]+"${extra[@]}"}; then
         d2_ok=0
         break
       fi
@@ -230,14 +235,7 @@ for variant in sync async; do
   else
     extra=()
     if [ "$variant" = async ]; then extra=(--async-tp); fi
-    timeout -k 30 "$TIMEOUT" "${TR[@]}" benchmarks/bench.py --torchrun --impl ours --plan full \
-      --config "$BENCH_CONFIG" --dtype bfloat16 ${extra[@]+"${extra[@]}"} >"$log" 2>&1
-    rc=$?
-    if [ "$rc" -ne 0 ] || [ -z "$(bench_line "$log" | cut -d' ' -f1)" ]; then
-      why="exit status $rc"
-      if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then why="timed out after $TIMEOUT s"; fi
-      if [ "$rc" -eq 0 ]; then why="exit status 0 but no ms/step line"; fi
-      fail d3 "ours $variant: $why" "$log"
+    if ! bench_run d3 "ours $variant" "$log" --impl ours ${extra[@]+"${extra[@]}"}; then
       d3_ok=0
       break
     fi
