@@ -4,13 +4,26 @@
 ``distribute_tensor`` takes one full tensor (on the source rank) and lays it out:
 ``Shard`` scatters it, ``Replicate`` broadcasts it.  ``from_local`` never communicates,
 except when asked to check that the ranks' pieces fit together.
+
+Every rank passes a tensor of the global shape and dtype (only the source rank's values
+are read).  A rank with another shape would receive garbage from the scatter, so before
+moving anything ``distribute_tensor`` all-gathers one number, a digest of the shape and
+dtype, over each mesh dimension and raises naming both shapes if they differ.
+``parallelize_module`` does that once for all the parameters of a plan, and
+``src_data_rank=None`` and meta tensors (which move nothing) check nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import hashlib
+
 import torch
+import torch.distributed as dist
 
 from . import collectives as C
+from . import debug
 from .dtensor import DTensor, _local_shape, _resolve
 from .mesh import DeviceMesh
 from .placement import Partial, Replicate, Shard, chunk_offset, chunk_sizes
@@ -49,6 +62,43 @@ class _TakeValues(torch.autograd.Function):
         return grad, None
 
 
+_CHECKED = contextvars.ContextVar("tensorplay_edu_shapes_checked", default=False)
+
+
+def _same_everywhere(lines: list[str], mesh: DeviceMesh, what: str, fix: str) -> None:
+    """Raise unless every rank of each mesh dimension holds the same ``lines`` (one tiny
+    all-gather of their digest per mesh dim; the lines themselves only on a mismatch)."""
+    digest = int.from_bytes(hashlib.sha256("\n".join(lines).encode()).digest()[:8], "little", signed=True)
+    mine = torch.tensor([digest], dtype=torch.int64, device=mesh.device_type)
+    for i in range(mesh.ndim):
+        group, t = mesh.get_group(i), mesh.size(i)
+        with debug.module_scope(f"{what} (shape check)"):
+            digests = C.all_gather(mine, 0, [1] * t, group).tolist()
+        if len(set(digests)) > 1:
+            everyone = [None] * t
+            dist.all_gather_object(everyone, lines, group=group)
+            other = next(r for r in range(t) if everyone[r] != lines)
+            first = next((a, b) for a, b in zip(lines + ["(nothing)"], everyone[other] + ["(nothing)"]) if a != b)
+            raise ValueError(f"{what}: rank {mesh.get_rank()} holds {first[0]}, rank "
+                             f"{dist.get_global_rank(group, other) if group is not None else other} (mesh dim {i}) "
+                             f"holds {first[1]}: {fix}")
+
+
+@contextlib.contextmanager
+def check_same_parameters(params: list, mesh: DeviceMesh, src_data_rank):
+    """parallelize_module's check of the ``(name, parameter)`` pairs a plan distributes, once for
+    the whole plan; inside, distribute_tensor trusts it."""
+    if src_data_rank is not None and any(not p.is_meta for _, p in params):
+        _same_everywhere([f"'{name}' of shape {list(p.shape)} and dtype {p.dtype}" for name, p in params], mesh,
+                         "parallelize_module", "every rank must build the same model (same shapes, same dtypes) "
+                         "before parallelizing it")
+    token = _CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _CHECKED.reset(token)
+
+
 def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = None, placements=None, *,
                       src_data_rank: int | None = 0) -> DTensor:
     """Lay a full tensor out over the mesh: a new leaf DTensor.
@@ -76,6 +126,10 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = Non
         raise ValueError(f"distribute_tensor: src_data_rank={src_data_rank!r} is not a rank of every mesh dimension "
                          f"(mesh shape {mesh.shape}): pass a rank in 0..{min(mesh.shape) - 1}, or None to keep each "
                          "rank's own data")
+    if src_data_rank is not None and not _CHECKED.get():
+        _same_everywhere([f"a tensor of shape {list(tensor.shape)} and dtype {tensor.dtype}"], mesh, "distribute_tensor",
+                         f"every rank must pass a tensor of the global shape and dtype (only rank {src_data_rank}'s "
+                         "values are used; src_data_rank=None keeps each rank's own)")
     x = tensor.detach()
     for i, p in enumerate(placements):
         group, t, r = mesh.get_group(i), mesh.size(i), mesh.get_local_rank(i)

@@ -65,7 +65,10 @@ def dtensor_api() -> tuple[list[str], int]:
         distribute_tensor(torch.zeros(8, 3), mesh, [Replicate()])
         distribute_tensor(torch.zeros(8, 3), mesh, [Shard(0)], src_data_rank=None)
     check(f"distribute_tensor collectives {comm.get_comm_counts()}",
-          comm.get_comm_counts() == ({} if t == 1 else {"scatter": 1, "broadcast": 1}))
+          comm.get_comm_counts() == ({} if t == 1 else {"all_gather": 2, "scatter": 1, "broadcast": 1}))
+    check("... the all-gathers are the shape checks (one number each)",
+          all(r.module == "distribute_tensor (shape check)" and r.shape == (t,) for r in comm.records
+              if r.op == "all_gather"))
     # from_local: even inference, uneven via shape=, wrong shape named
     loc = torch.randn(3, 4)
     check("from_local infers even shape", DTensor.from_local(loc, mesh, [Shard(0)]).shape == torch.Size([3 * t, 4]))

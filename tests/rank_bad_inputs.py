@@ -86,8 +86,84 @@ def _in_loss_parallel(fn):
     return run
 
 
+def _tied(plan):
+    """A GPT-2 style tie between the embedding and the output layer, parallelized by ``plan``."""
+    model = Transformer(ARGS)
+    model.output.weight = model.tok_embeddings.weight
+    return lambda: parallelize_module(model, _mesh(), plan)
+
+
+def _rank_sized(shape_of_rank):
+    """A tensor whose shape differs on rank 1 (a rank that built another model)."""
+    return torch.ones(shape_of_rank(dist.get_rank()))
+
+
+def _foreign_piece():
+    """A state dict whose wq entry is the other rank's part (from another layout)."""
+    from tensorplay_edu.parallel.checkpoint import Piece
+
+    model = _llama("vanilla")
+    sd = model.state_dict()
+    wq = sd["layers.0.attention.wq.weight"]
+    other = 0 if wq.offsets[0] else wq.shape[0] - wq.local.shape[0]
+    sd["layers.0.attention.wq.weight"] = Piece(wq.local, wq.shape, (other, 0))
+    return lambda: model.load_state_dict(sd)
+
+
+def _torch_optimizer_state():
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    model = _trained_llama()
+    opt = torch.optim.AdamW(model.parameters())
+    return lambda: get_optimizer_state_dict(model, opt)
+
+
+def _fsdp2_without_attach_layouts():
+    """FSDP2 over a (1, 2) mesh's dp dimension of a TP model, attach_layouts skipped."""
+    from torch.distributed.device_mesh import DeviceMesh as TorchDeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    from tensorplay_edu.parallel import clip_grad_norm_
+
+    mesh = init_device_mesh("cpu", (1, dist.get_world_size()), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(0)
+    model = parallelize_llama(Transformer(ARGS), mesh["tp"], "vanilla")
+    fully_shard(model, mesh=TorchDeviceMesh.from_group(mesh.get_group("dp"), "cpu"))
+    tokens = torch.randint(0, 20, (2, 8), generator=torch.Generator().manual_seed(1))
+    F.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten()).backward()
+    return lambda: clip_grad_norm_(model.parameters(), 1.0)
+
+
 # name: (what builds the failing call, the exception type, fragments its message must hold)
 CASES = {
+    # training from scratch, saving, resuming (issue 17)
+    "distribute_tensor with different shapes on different ranks": (
+        lambda: lambda: distribute_tensor(_rank_sized(lambda r: (4, 3 + r)), _mesh(), [Shard(0)]), ValueError,
+        ["distribute_tensor", "[4, 3]", "[4, 4]", "global shape"]),
+    "distribute_tensor with different dtypes on different ranks": (
+        lambda: lambda: distribute_tensor(torch.ones(4, dtype=torch.float64 if dist.get_rank() else torch.float32),
+                                          _mesh(), [Replicate()]), ValueError, ["torch.float32", "torch.float64"]),
+    "parallelize_module of models that differ between ranks": (
+        lambda: lambda: parallelize_module(nn.Sequential(nn.Linear(4, 4 + dist.get_rank())), _mesh(),
+                                           {"0": ColwiseParallel()}), ValueError,
+        ["parallelize_module", "'0.weight'", "[4, 4]", "[5, 4]", "same model"]),
+    "a tie the plan would cut two ways": (
+        lambda: _tied({"tok_embeddings": ColwiseParallel(), "output": ColwiseParallel()}), ValueError,
+        ["'tok_embeddings.weight'", "'output.weight'", "Shard(dim=1)", "Shard(dim=0)", "RowwiseParallel"]),
+    "a tie with one use left out of the plan": (
+        lambda: _tied({"output": ColwiseParallel()}), ValueError,
+        ["'tok_embeddings.weight' left whole", "'output.weight'", "untie"]),
+    "load_state_dict of another layout's piece": (
+        _foreign_piece, ValueError, ["'layers.0.attention.wq.weight'", "another layout", "torch.distributed.checkpoint"]),
+    "torch's get_optimizer_state_dict on a TP model": (
+        _torch_optimizer_state, RuntimeError,
+        ["get_optimizer_state_dict", "tensorplay_edu.parallel.checkpoint.get_optimizer_state_dict"]),
+    "torch get_total_norm of sharded gradients": (
+        lambda: (lambda m: lambda: torch.nn.utils.get_total_norm([p.grad for p in m.parameters()]))(_trained_llama()),
+        RuntimeError, ["get_total_norm", "sharded over several ranks", "clip_grad_norm_"]),
+    "clip_grad_norm_ under FSDP2 without attach_layouts": (
+        _fsdp2_without_attach_layouts, RuntimeError, ["attach_layouts(model)", "FSDP2", "fully_shard"]),
+
     # training loops (issue 8)
     "torch clip_grad_norm_ on sharded parameters": (
         lambda: lambda: torch.nn.utils.clip_grad_norm_(_trained_llama().parameters(), 1.0),

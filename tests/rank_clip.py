@@ -329,9 +329,16 @@ def guard():
                       all(torch.equal(a, p.grad) for a, p in zip(before, model.parameters())))
             else:  # one rank: the pieces are the whole parameters, torch's function is right
                 check(f"one rank: {label} passes", call().ndim == 0)
-    # what passes through: gradients (plain tensors), replicated parameters, torch's function itself
+    # the gradients of sharded parameters are pieces too (issue 17: get_total_norm([p.grad ...]) was per rank)
     grads = [p.grad for p in model.parameters()]
-    check("get_total_norm(grads) passes", utils.get_total_norm(grads).ndim == 0)
+    if split:
+        _raises(check.fails, "guard get_total_norm(gradients)", RuntimeError, lambda: utils.get_total_norm(grads),
+                "sharded over several ranks", "tensorplay_edu.parallel.clip_grad_norm_")
+        check.n += 1
+    else:
+        check("one rank: get_total_norm(grads) passes", utils.get_total_norm(grads).ndim == 0)
+    # what passes through: replicated parameters and their gradients, torch's function itself
+    check("get_total_norm(a replicated gradient) passes", utils.get_total_norm([model[2].bias.grad]).ndim == 0)
     check("clip_grad_norm_(a replicated parameter) passes", utils.clip_grad_norm_([model[2].bias], 1e6).ndim == 0)
     local = utils.clip_grad_norm_.__wrapped__(model.parameters(), 1e6)  # torch's, unchecked: this rank's pieces
     check.norms.append(local.item())

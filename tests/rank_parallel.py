@@ -262,8 +262,8 @@ WRAPS = {
 
 
 def run_llama_with(apply, dtype_name: str = "float64", *, build_parallel=None, loss_plan: str = "vanilla",
-                   label: str = "apply_tp") -> tuple[list[str], int]:
-    """The Llama made parallel by ``apply(model, mesh)`` (torchtitan's apply_tp), or by
+                   label: str = "apply_tp", build=None) -> tuple[list[str], int]:
+    """The Llama (or ``build()``) made parallel by ``apply(model, mesh)`` (torchtitan's apply_tp), or by
     ``build_parallel(ref, mesh)``, trained against one process."""
     from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context
 
@@ -274,7 +274,7 @@ def run_llama_with(apply, dtype_name: str = "float64", *, build_parallel=None, l
         with loss_context(loss_plan if isinstance(logits, DTensor) else "vanilla"):
             return llama_loss(logits, labels)
 
-    return train_compare(label, lambda: Transformer(args), apply,
+    return train_compare(label, build or (lambda: Transformer(args)), apply,
                          lambda g, dt: torch.randint(0, 50, (2, 12), generator=g),
                          loss_of=loss_of, dtype=getattr(torch, dtype_name), input_grad=False,
                          build_parallel=build_parallel)

@@ -170,7 +170,7 @@ def state_dicts() -> tuple[list[str], int]:
     with CommDebugMode() as comm:
         parallelize_module(nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8)), mesh,
                            {"0": ColwiseParallel(), "1": RowwiseParallel()})
-    want_ops = {} if mesh.size() == 1 else {"scatter": 3, "broadcast": 1}
+    want_ops = {} if mesh.size() == 1 else {"all_gather": 1, "scatter": 3, "broadcast": 1}  # 1: the shape check
     if comm.get_comm_counts() != want_ops:
         fails.append(f"src_data_rank=0 issued {comm.get_comm_counts()}, expected {want_ops}")
     return fails, len(want) + 4

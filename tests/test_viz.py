@@ -323,3 +323,20 @@ def test_readme_pictures_are_drawn_from_the_code(tmp_path):
     assert [p.name for p in made] == ["idea.png", "uneven_shard.png"] and all(p.stat().st_size > 10_000 for p in made)
     readme = (root / "README.md").read_text()
     assert all(f"](docs/{p.name})" in readme for p in made)
+
+
+def test_draw_checkpoint_reads_who_wrote_what_and_who_reads_what():
+    from tensorplay_edu.viz_checkpoint import draw_checkpoint, reads, wanted_chunks
+
+    saved = wanted_chunks([10, 4], 0, 4)  # TP 4 wrote rows 0-2, 3-5, 6-8, 9
+    loaded = wanted_chunks([10, 4], 0, 2)  # TP 2 reads rows 0-4, 5-9
+    assert [c["sizes"][0] for c in saved] == [3, 3, 3, 1]
+    assert [[s["rank"] for s in reads(c, saved)] for c in loaded] == [[0, 1], [1, 2, 3]]
+    fig = draw_checkpoint([10, 4], saved, loaded, name="output.weight")
+    left, right = fig.axes
+    assert _texts(left) == ["rank 0 writes\nrows 0-2", "rank 1 writes\nrows 3-5", "rank 2 writes\nrows 6-8",
+                            "rank 3 writes\nrow 9"]
+    assert _texts(right)[1] == "rank 1 reads\nrow 5 from rank 1's file\nrows 6-8 from rank 2's file\nrow 9 from rank 3's file"
+    assert [_hex(p) for p in left.patches] == [mcolors.to_hex(c) for c in RANK_COLORS[:4]]
+    assert sum(p.get_linestyle() == "--" for p in right.patches) == 4  # the saved chunks' borders
+    assert left.get_ylim() == (10, 0)

@@ -134,9 +134,9 @@ class Transformer(nn.Module):
         """(Re)initialise after ``to_empty``, as torchtitan's models do: the rotary tables (not
         in the state dict), norm weights to one, Linear / Embedding by their default init.
 
-        On a parallelized model each rank initialises its own pieces, so the values are a
-        valid init but not the single-device model's: load its state dict for that
-        (``load_full_state_dict``)."""
+        On a parallelized model the result is the single-device model initialised under the
+        same seed, bit for bit: a styled Linear's or Embedding's ``reset_parameters`` draws the
+        whole weight on every rank and keeps this rank's piece (``tensorplay_edu.parallel.init``)."""
         device = buffer_device or self.norm.weight.device
         cos, sin = rope_tables(self.args.dim // self.args.n_heads, self.args.max_seq_len, self.args.rope_theta)
         self.rope_cos, self.rope_sin = cos.to(device), sin.to(device)

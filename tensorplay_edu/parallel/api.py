@@ -6,8 +6,21 @@ warns, a key that matches no module is a ValueError listing the closest real pat
 a typo would otherwise silently leave a layer unsharded.
 
 The whole plan is checked before anything is sharded (unknown keys, a style on a module
-it cannot handle, two styles claiming one module, a module parallelized before): a plan
-with a mistake changes nothing, so the corrected plan can be applied to the same model.
+it cannot handle, two styles claiming one module, a module parallelized before, a tied
+weight the plan would cut two ways): a plan with a mistake changes nothing, so the
+corrected plan can be applied to the same model.
+
+**Tied weights** (``output.weight = tok_embeddings.weight``, GPT-2 style) stay tied when the
+plan lays every use out alike: a vocab-parallel embedding (RowwiseParallel, ``Shard(0)``)
+and a vocabulary-split output (ColwiseParallel, ``Shard(0)``) both hold the same
+``[V/t, h]`` rows, so they share one piece, one ``nn.Parameter``, whose gradient is the sum
+of both uses, as on one device.  PyTorch unties them silently; here a tie the plan cannot
+keep (the layouts differ, or only one use is in the plan) is a ValueError.
+
+**Shapes**: every rank must build the same model.  Before scattering from
+``src_data_rank`` one all-gather of one number (a digest of every parameter's name, shape
+and dtype) checks that they did; a mismatch is an error naming the first differing
+parameter, not a scatter of garbage.
 """
 
 from __future__ import annotations
@@ -15,10 +28,14 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import warnings
+from collections import defaultdict
 
 from torch import nn
 
+from ..distribute import check_same_parameters
 from ..mesh import DeviceMesh, get_current_mesh
+from .params import param_layout
+from .rng import reset_streams_hook
 from .style import ParallelStyle
 
 __all__ = ["parallelize_module"]
@@ -60,14 +77,20 @@ def parallelize_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
     if not isinstance(parallelize_plan, dict):
         raise TypeError(f"Expect Union[ParallelStyle, Dict[str, ParallelStyle]] for parallelize_plan, "
                         f"{type(parallelize_plan)} found!")
+    outermost = not hasattr(module, "_tp_fqn")  # not inside a module parallelized before
     base = getattr(module, "_tp_fqn", "")
     for name, sub in module.named_modules():  # paths for errors and CommDebugMode, from the outermost call
         if not hasattr(sub, "_tp_fqn"):
             sub._tp_fqn = f"{base}.{name}" if base and name else (name or base)
     work = _resolve_plan(module, parallelize_plan)  # every error is raised here, before anything changes
-    for style, target in work:
-        style.src_data_rank = src_data_rank
-        style._apply(target, device_mesh)
+    ties = _check_ties(module, work)
+    with check_same_parameters(_distributed(module, work), device_mesh, src_data_rank):  # one tiny collective
+        for style, target in work:
+            style.src_data_rank = src_data_rank
+            style._apply(target, device_mesh)
+    _retie(ties)
+    if outermost:  # outside the modules you parallelized, dropout draws from the shared stream (rng.py)
+        module.register_forward_hook(reset_streams_hook)
     return module
 
 
@@ -92,3 +115,73 @@ def _resolve_plan(module: nn.Module, plan: dict) -> list[tuple[ParallelStyle, nn
                                      f"and would both take its {what}: make the keys match disjoint modules")
             work.append((style, target))
     return work
+
+
+def _distributed(module: nn.Module, work) -> list[tuple[str, object]]:
+    """(path, parameter) of every parameter the plan will scatter or broadcast (a style that does
+    not say which: all of its module's)."""
+    paths = {id(m): path for path, m in module.named_modules()}
+    out = []
+    for style, target in work:
+        placements = style.param_placements(target)
+        owners = [(o, n) for o, n in placements] if placements is not None else \
+            [(o, n) for o in target.modules() for n in o._parameters]
+        for owner, name in owners:
+            if owner._parameters.get(name) is not None:
+                out.append((f"{paths[id(owner)]}.{name}".lstrip("."), owner._parameters[name]))
+    return out
+
+
+def _check_ties(module: nn.Module, work) -> list[list[tuple[str, nn.Module, str]]]:
+    """The tied parameters of ``module`` (one object under several names), checked against the
+    plan: every use must get the same layout, or none.  Returns the groups to tie again."""
+    uses = defaultdict(list)  # id(param) -> [(path, owner, name)]
+    for path, owner in module.named_modules():
+        for name, param in owner._parameters.items():
+            if param is not None:
+                uses[id(param)].append((f"{path}.{name}" if path else name, owner, name))
+    planned, unknown = {}, set()
+    for style, target in work:
+        placements = style.param_placements(target)
+        if placements is None:
+            unknown.update(id(owner) for owner in target.modules())
+        else:
+            planned.update({(id(owner), name): p for (owner, name), p in placements.items()})
+    groups = []
+    for group in (g for g in uses.values() if len(g) > 1):
+        if any(id(owner) in unknown for _, owner, _ in group):
+            groups.append(group)  # a style that does not say: checked after it ran
+            continue
+        layouts = {path: planned.get((id(owner), name)) for path, owner, name in group}
+        if len(set(map(repr, layouts.values()))) > 1:
+            raise ValueError(_tie_error(layouts))
+        if next(iter(layouts.values())) is not None:
+            groups.append(group)
+    return groups
+
+
+def _retie(groups) -> None:
+    """Each tied group shares its first member's piece again (same values: the same source tensor)."""
+    for group in groups:
+        (first_path, first_owner, first_name), rest = group[0], group[1:]
+        param = first_owner._parameters[first_name]
+        for path, owner, name in rest:
+            other = owner._parameters[name]
+            if repr(_layout_of(other)) != repr(_layout_of(param)):
+                raise ValueError(_tie_error({first_path: _layout_of(param), path: _layout_of(other)}))
+            owner._parameters[name] = param
+            owner._tp_layouts[name] = first_owner._tp_layouts[first_name]  # one layout object for one parameter
+
+
+def _layout_of(param):
+    layout = param_layout(param)
+    return None if layout is None else list(layout.placements)
+
+
+def _tie_error(layouts: dict) -> str:
+    said = ", ".join(f"'{path}' {'left whole' if p is None else repr(p)}" for path, p in layouts.items())
+    return (f"parallelize_module: {' and '.join(repr(p) for p in layouts)} are one tied parameter, and the plan lays "
+            f"them out differently ({said}): they would silently become separate parameters. Give every use the "
+            "same layout (a vocab-parallel embedding, RowwiseParallel(input_layouts=Replicate()), and a "
+            "vocabulary-split output, ColwiseParallel, both hold [V/t, h] rows on Shard(0)), in one "
+            "parallelize_module call, or untie them first (e.g. output.weight = nn.Parameter(output.weight.clone())).")

@@ -139,6 +139,7 @@ def clip_grad_norm_(parameters: torch.Tensor | Iterable[torch.Tensor], max_norm:
         parameters = list(parameters)  # a generator is read once
         if is_generator and len(parameters) == 0:
             warnings.warn("`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=3)
+    _require_layouts(parameters, "tensorplay_edu.parallel.clip_grad_norm_")
     total_norm = _total_norm(parameters, norm_type, error_if_nonfinite, foreach)
     _clip_grads_with_norm_(parameters, max_norm, total_norm, foreach)  # PyTorch's: 1e-6, clamped to 1
     return total_norm
@@ -214,6 +215,23 @@ def _total_norm(parameters: list, norm_type, error_if_nonfinite: bool, foreach) 
     return total_norm
 
 
+def _require_layouts(tensors: list, where: str) -> None:
+    """FSDP2 x TP without ``attach_layouts``: FSDP2's parameters (PyTorch DTensors over a
+    data-parallel group smaller than the world) and not one tensor-parallel layout among them.
+    Every TP piece would count as a whole parameter: refuse, naming the fix."""
+    fsdp = [t for t in tensors if isinstance(t, torch.Tensor) and _is_torch_dtensor(t)]
+    if not fsdp or not torch.distributed.is_initialized() or any(param_layout(t) is not None for t in tensors):
+        return
+    mesh = fsdp[0].device_mesh
+    if mesh.size() < torch.distributed.get_world_size():
+        raise RuntimeError(
+            f"{where}: these are FSDP2 shards over {mesh.size()} of the {torch.distributed.get_world_size()} ranks, "
+            "and none carries a tensor-parallel layout. fully_shard replaced the parameters of a tensor-parallel "
+            "model, so each TP piece would count as a whole parameter and every TP rank would get its own norm. "
+            "Call tensorplay_edu.parallel.attach_layouts(model) after fully_shard (and again after anything that "
+            "replaces parameters, e.g. to_empty), then use tensorplay_edu.parallel.clip_grad_norm_.")
+
+
 # ---- the guard on PyTorch's functions -------------------------------------------------
 
 _ADVICE = {
@@ -227,7 +245,13 @@ _ADVICE = {
 
 
 def _refuse_sharded(name: str, tensors) -> None:
-    """Raise if a tensor of ``tensors`` is a parameter sharded over more than one rank."""
+    """Raise if a tensor of ``tensors`` is a parameter (or the gradient of one) sharded over more
+    than one rank, or an FSDP2 shard of a tensor-parallel model."""
+    _require_layouts(tensors, f"torch.nn.utils.{name}")
+    if name == "get_total_norm" and any(isinstance(t, torch.Tensor) and _is_torch_dtensor(t) and
+                                        t.device_mesh.size() < torch.distributed.get_world_size() for t in tensors):
+        raise RuntimeError(f"torch.nn.utils.get_total_norm was given FSDP2 gradients on a data-parallel group smaller "
+                           f"than the world: under tensor parallelism their norm is this TP rank's. {_ADVICE[name]}")
     for t in tensors:
         layout = param_layout(t) if isinstance(t, torch.Tensor) else None
         if _split_dims(layout):

@@ -15,6 +15,7 @@ layouts too (``module._tp_layouts``): wrappers that replace parameters (FSDP2's
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass
 
 import torch
@@ -23,9 +24,9 @@ from torch import nn
 from ..distribute import distribute_tensor
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
-from ..placement import Placement, Replicate
+from ..placement import Placement, Replicate, Shard, chunk_offset
 
-__all__ = ["ParamLayout", "param_layout", "attach_layouts", "buffers_to_mesh", "as_dtensor", "distribute_param", "full_state_dict",
+__all__ = ["ParamLayout", "param_layout", "is_split", "tp_offsets", "where", "attach_layouts", "buffers_to_mesh", "as_dtensor", "distribute_param", "full_state_dict",
            "load_full_state_dict"]
 
 
@@ -41,17 +42,48 @@ def param_layout(param: torch.Tensor) -> ParamLayout | None:
     return getattr(param, "tp_layout", None)
 
 
+def is_split(layout: ParamLayout | None) -> bool:
+    """Does ``layout`` cut the parameter into pieces (Shard on a mesh dim of more than one rank)?"""
+    return layout is not None and any(isinstance(p, Shard) and layout.mesh.size(d) > 1
+                                       for d, p in enumerate(layout.placements))
+
+
+def tp_offsets(layout: ParamLayout) -> list[int]:
+    """Where this rank's tensor-parallel piece starts in the whole parameter."""
+    offsets = [0] * len(layout.shape)
+    for d, p in enumerate(layout.placements):
+        if isinstance(p, Shard):
+            offsets[p.dim] += chunk_offset(layout.shape[p.dim], layout.mesh.size(d), layout.mesh.get_local_rank(d))
+    return offsets
+
+
+def where(value: torch.Tensor, layout: ParamLayout) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """This rank's local tensor of a parameter (or of a tensor shaped like it) and its offsets
+    in the single-device tensor.  ``value`` is the TP piece, or FSDP2's DTensor of it."""
+    offsets = tp_offsets(layout)
+    if _is_torch_dtensor(value):  # FSDP2 cut our piece again, over the data-parallel mesh
+        piece_shape, mesh = value.shape, value.device_mesh
+        for d, p in enumerate(value.placements):
+            if p.is_shard():
+                offsets[p.dim] += chunk_offset(piece_shape[p.dim], mesh.size(d), mesh.get_coordinate()[d])
+        value = value.to_local()
+    return value, tuple(offsets)
+
+
 def distribute_param(module: nn.Module, name: str, placement: Placement, mesh: DeviceMesh,
                      src_data_rank: int | None) -> nn.Parameter:
     """Replace ``module.<name>`` by this rank's piece of it (scattered / broadcast from ``src_data_rank``)."""
     full = getattr(module, name)
     piece = distribute_tensor(full.detach(), mesh, [placement], src_data_rank=src_data_rank)
     param = nn.Parameter(piece.to_local(), requires_grad=full.requires_grad)
-    param.tp_layout = ParamLayout(mesh, piece.placements, full.shape)
     setattr(module, name, param)
     if not hasattr(module, "_tp_layouts"):  # the module keeps them too: some wrappers replace parameters
         module._tp_layouts = {}
-    module._tp_layouts[name] = param.tp_layout
+        from .checkpoint import register_state_dict_hooks  # state_dict(): pieces that DCP can place
+        register_state_dict_hooks(module)
+        module._apply = types.MethodType(_apply_keeping_layouts, module)  # to_empty, .to(), .double()
+    module._tp_layouts[name] = ParamLayout(mesh, piece.placements, full.shape)
+    attach_own_layouts(module)  # param.tp_layout
     return param
 
 
@@ -81,6 +113,23 @@ def attach_own_layouts(module: nn.Module) -> None:
         param = module._parameters.get(name)
         if param is not None and getattr(param, "tp_layout", None) is not layout:
             param.tp_layout = layout
+            if is_split(layout) and param.requires_grad and not hasattr(param, "_tp_marks_grad"):
+                param.register_post_accumulate_grad_hook(_mark_grad)  # .grad is a piece too: get_total_norm's guard
+                param._tp_marks_grad = True
+
+
+def _apply_keeping_layouts(self: nn.Module, fn, recurse: bool = True):
+    """``nn.Module._apply`` (behind ``to_empty``, ``.to()``, ``.double()``), then the layouts on
+    whatever parameters it made: a meta model's pieces know what they are as soon as they are real."""
+    out = type(self)._apply(self, fn, recurse)
+    attach_own_layouts(self)
+    return out
+
+
+def _mark_grad(param: torch.Tensor) -> None:
+    """A piece's gradient is a piece: the same layout, so that PyTorch's norm functions refuse it."""
+    if param.grad is not None and getattr(param.grad, "tp_layout", None) is None:
+        param.grad.tp_layout = param.tp_layout
 
 
 def _unwrap(value: torch.Tensor) -> torch.Tensor:

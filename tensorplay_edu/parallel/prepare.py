@@ -19,6 +19,7 @@ from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Placement, Replicate, Shard
 from .async_tp import is_async
+from .rng import follow_layout
 from .style import ParallelStyle, claim, fqn, ring_input, to_layout
 
 __all__ = ["PrepareModuleInput", "PrepareModuleOutput", "PrepareModuleInputOutput"]
@@ -46,8 +47,20 @@ def _convert(x, layout, desired, mesh, use_local, module):
     return x.to_local() if use_local else x
 
 
+def _follow(desired, module, mesh, values) -> None:
+    """The random stream for what the module's code gets: its own per rank if every converted
+    tensor is sharded, the shared one if any is replicated (see rng.py)."""
+    layouts = [p for p in desired if p is not None]
+    tensor = next((v for v in values if isinstance(v, (torch.Tensor, DTensor))), None)
+    if layouts and tensor is not None:
+        follow_layout(all(isinstance(p, Shard) for p in layouts), module, mesh, tensor)
+
+
 class PrepareModuleInput(ParallelStyle):
     claims = ("input",)
+
+    def param_placements(self, module):
+        return {}  # no parameter is touched
 
     def __init__(self, *, input_layouts=None, desired_input_layouts=None, input_kwarg_layouts=None,
                  desired_input_kwarg_layouts=None, use_local_output: bool = False):
@@ -90,17 +103,27 @@ class PrepareModuleInput(ParallelStyle):
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         claim(self, module)
+        desired = [*(self.desired_input_layouts or ()), *self.desired_input_kwarg_layouts.values()]
         if self.with_kwargs:
-            module.register_forward_pre_hook(
-                lambda mod, args, kwargs: (self._prepare_args(mod, args, device_mesh),
-                                           self._prepare_kwargs(mod, kwargs, device_mesh)), with_kwargs=True)
+            def hook(mod, args, kwargs):
+                args, kwargs = self._prepare_args(mod, args, device_mesh), self._prepare_kwargs(mod, kwargs, device_mesh)
+                _follow(desired, mod, device_mesh, [*args, *kwargs.values()])
+                return args, kwargs
+            module.register_forward_pre_hook(hook, with_kwargs=True)
         else:
-            module.register_forward_pre_hook(lambda mod, args: self._prepare_args(mod, args, device_mesh))
+            def hook(mod, args):
+                args = self._prepare_args(mod, args, device_mesh)
+                _follow(desired, mod, device_mesh, args)
+                return args
+            module.register_forward_pre_hook(hook)
         return module
 
 
 class PrepareModuleOutput(ParallelStyle):
     claims = ("output",)
+
+    def param_placements(self, module):
+        return {}  # no parameter is touched
 
     def __init__(self, *, output_layouts, desired_output_layouts, use_local_output: bool = True):
         self.output_layouts = _tuple(output_layouts)
@@ -125,7 +148,12 @@ class PrepareModuleOutput(ParallelStyle):
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         claim(self, module)
-        module.register_forward_hook(lambda mod, inputs, outputs: self._prepare_output(mod, outputs, device_mesh))
+
+        def hook(mod, inputs, outputs):
+            out = self._prepare_output(mod, outputs, device_mesh)
+            _follow(self.desired_output_layouts, mod, device_mesh, out if isinstance(out, tuple) else (out,))
+            return out
+        module.register_forward_hook(hook)
         return module
 
 
@@ -133,6 +161,9 @@ class PrepareModuleInputOutput(ParallelStyle):
     """Both of the above on one module (a plan dict holds one style per key)."""
 
     claims = ("input", "output")
+
+    def param_placements(self, module):
+        return {}
 
     def __init__(self, *, input_layouts=None, desired_input_layouts=None, input_kwarg_layouts=None,
                  desired_input_kwarg_layouts=None, use_local_input: bool = False, output_layouts,

@@ -1,45 +1,121 @@
-"""Random numbers in tensor-parallel regions: dropout masks per rank or shared.
+"""Random numbers follow the layout: a stream of its own per rank where activations are
+sharded, one shared stream where they are replicated.
 
-Two kinds of regions need two kinds of masks:
+A dropout mask must match what it masks:
 
 * **replicated** activations (the residual stream of the vanilla plan, anything after an
-  all-reduce) are the same tensor on every rank; their dropout mask must be the *same* on
-  every rank, or the replicas drift apart.  That is the default generator, as long as
-  every rank seeds it alike (``torch.manual_seed(s)`` everywhere) and draws from it alike.
-* **sequence-parallel** activations are different tokens on each rank; a shared mask would
-  drop the same positions of rank 0's tokens and rank 1's tokens, correlating them.  Each
-  rank needs its *own* mask.
+  all-reduce) are the same tensor on every rank, so their mask must be the *same* on every
+  rank, or the replicas drift apart;
+* **sharded** activations (this rank's heads or hidden units after a Colwise Linear, this
+  rank's tokens under sequence parallelism) are different numbers on each rank; one mask
+  shared by all ranks would drop the same positions of every shard, correlating heads,
+  hidden units or tokens that the single-device model masks independently.  Each rank
+  needs its *own* mask.
 
-Megatron-LM keeps a second, per-rank generator for such regions (its "model-parallel RNG
-tracker") and saves and restores its state around activation checkpointing.  Here a region
-gets a per-rank stream *derived* from the shared one: the region draws one number from the
-default generator (every rank draws the same, so replicated regions stay in step), seeds a
-forked generator with that number and the rank, runs, and puts the default generator back.
-Nothing lives between calls, so ``torch.utils.checkpoint`` (which restores the default
-generator before recomputing) recomputes exactly the same masks.
+Megatron-LM keeps a second generator for the sharded regions (``get_cuda_rng_tracker()``,
+seeded ``seed + 2718 + tp_rank``) and its model code forks into it by hand around
+attention dropout and, with sequence parallelism, around each whole block.  PyTorch's
+DTensor decides per random op from the DTensor's placements (an offset-based tracker,
+CUDA only).  Here the styles decide at the only places where a layout is known, their
+hooks: every hook that hands a local tensor to the module's own code moves the default
+generator of that tensor's device to the stream its layout needs:
+
+==============================================  ============================================
+hook (training mode)                            stream afterwards
+==============================================  ============================================
+ColwiseParallel / RowwiseParallel output        this rank's if ``Shard``, shared if Replicate
+SequenceParallel input (and so its output)      this rank's
+PrepareModuleInput / PrepareModuleOutput        this rank's if every converted tensor is
+                                                ``Shard``, shared otherwise
+a module given to ``parallelize_module``        shared (outside your parallelized modules
+returns                                         the stream is always the shared one)
+==============================================  ============================================
+
+So ``nn.Dropout``, ``F.dropout`` and ``F.scaled_dot_product_attention(dropout_p=...)``
+between a Colwise and a Rowwise Linear draw per-rank masks, and a dropout after the Rowwise
+(replicated output) draws the shared mask, with no change to the model's code.
+
+The switch: **shared -> this rank's**: read a number ``s`` off the shared stream's state (a
+hash of it: the same on every rank, and new whenever the state is) and seed this rank's
+stream with ``s + (rank + 1) * MIX``.  **This rank's -> shared**: seed the shared stream
+with ``s`` (the "rank -1" stream): the same on every rank, and new at every region.  Which stream runs, and its ``s``, are read from the
+generator's own seed (a per-rank seed carries a tag in its top 16 bits): nothing is kept
+between hooks.  ``torch.utils.checkpoint`` saves and restores generator states, seeds
+included, so a recomputed block replays the same switches and the same masks.
+
+Consequences, by design: masks change from step to step (each region draws a fresh ``s``);
+a fixed ``torch.manual_seed`` on every rank reproduces a run exactly; the masks of the ranks
+together are a mask of the single-device model (independent Bernoulli draws), not the one
+one process would draw with the same seed; a training forward moves the shared stream
+(one reseed per sharded region), the same way on every rank.  Eval mode draws
+nothing.  A hook that switches streams is a graph break under ``torch.compile`` (seeding a
+generator cannot be traced), so a compiled training step runs in a few more graphs.
 """
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
 
 import torch
 
-__all__ = ["per_rank_rng"]
+__all__ = ["follow_layout", "to_rank_stream", "to_shared_stream", "on_rank_stream", "reset_streams_hook"]
 
-_GOLDEN = 0x9E3779B97F4A7C15  # spreads (seed, rank) pairs apart; any odd 64-bit constant works
+_TAG = 0x7E5D  # top 16 bits of a per-rank seed ("tensor-parallel stream")
+_MIX = 0x9E3779B9  # odd 32-bit constant: rank r's stream is s + (r + 1) * _MIX, the shared one s
+_LOW = 2**32  # the CPU generator (mt19937) reads only the low 32 bits of a seed
 
 
-@contextlib.contextmanager
-def per_rank_rng(rank: int, device: torch.device):
-    """Inside: the default generator of ``device`` gives this rank its own stream."""
-    shared = int(torch.randint(0, 2**62, (), generator=torch.default_generator))  # same on every rank
-    mine = (shared + (rank + 1) * _GOLDEN) % 2**63
-    on_gpu = device.type == "cuda"
-    devices = [device.index if device.index is not None else torch.cuda.current_device()] if on_gpu else []
-    with torch.random.fork_rng(devices=devices, device_type=device.type):  # the CPU state is always kept
-        if on_gpu:
-            torch.cuda.manual_seed(mine)
-        else:
-            torch.default_generator.manual_seed(mine)
-        yield
+def _generator(device: torch.device) -> torch.Generator:
+    """The default generator that dropout on ``device`` draws from."""
+    if device.type == "cuda":
+        return torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
+    return torch.default_generator
+
+
+def on_rank_stream(gen: torch.Generator) -> bool:
+    return gen.initial_seed() >> 48 == _TAG
+
+
+def _draw(gen: torch.Generator) -> int:
+    """A number the shared stream's state determines, the same on every rank, read on the host
+    without a tensor op (nothing a host-sync check would see)."""
+    if gen.device.type == "cuda":  # philox: the state is (seed, offset)
+        state = f"{gen.initial_seed()} {gen.get_offset()}".encode()
+    else:  # mt19937: 5 kB of state
+        state = gen.get_state().numpy().tobytes()
+    return int.from_bytes(hashlib.blake2b(state, digest_size=4).digest(), "little")
+
+
+def to_rank_stream(gen: torch.Generator, rank: int) -> None:
+    """Shared -> this rank's stream (nothing if already there)."""
+    if not on_rank_stream(gen):
+        s = _draw(gen)
+        gen.manual_seed(_TAG << 48 | rank << 32 | (s + (rank + 1) * _MIX) % _LOW)
+
+
+def to_shared_stream(gen: torch.Generator) -> None:
+    """This rank's stream -> a shared one (nothing if already shared)."""
+    seed = gen.initial_seed()
+    if seed >> 48 == _TAG:
+        rank = (seed >> 32) & 0xFFFF
+        gen.manual_seed((seed - (rank + 1) * _MIX) % _LOW)  # s: what every rank of the group had drawn
+
+
+def follow_layout(sharded: bool, module: torch.nn.Module, mesh, tensor) -> None:
+    """Called by the styles' hooks: the stream ``tensor``'s layout needs, in training mode."""
+    if not module.training or not isinstance(getattr(tensor, "device", None), torch.device):
+        return
+    gen = _generator(tensor.device)
+    if sharded and mesh.size() > 1:
+        to_rank_stream(gen, mesh.get_local_rank())
+    else:
+        to_shared_stream(gen)
+
+
+def reset_streams_hook(module: torch.nn.Module, inputs, output) -> None:
+    """A forward hook on each module given to ``parallelize_module``: back to the shared stream
+    when it returns (the CPU generator, and the current GPU's if CUDA is in use)."""
+    if module.training:
+        to_shared_stream(torch.default_generator)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            to_shared_stream(_generator(torch.device("cuda")))

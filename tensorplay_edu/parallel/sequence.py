@@ -7,9 +7,9 @@ over the TP group: :mod:`~tensorplay_edu.parallel.grad_sync` all-reduces it as i
 so ``.grad`` is whole when autograd writes it (PyTorch leaves it ``Partial`` and reduces it
 whenever the optimizer reads it).
 
-A dropout layer inside draws a different mask on each rank (each rank holds different
-tokens) from a stream derived from the shared default generator (:mod:`.rng`), as
-Megatron-LM's RNG tracker does; outside sequence-parallel regions masks stay shared.
+Random numbers inside (``nn.Dropout``, ``F.dropout``, any random op) come from this rank's
+own stream (:mod:`.rng`): each rank holds different tokens, so each draws its own mask, as
+Megatron-LM runs a sequence-parallel block inside its RNG tracker's fork.
 
 A plain tensor input is taken as already sharded on ``sequence_dim`` (its global length
 is local x ranks); a DTensor input is redistributed there.  The output is a
@@ -27,7 +27,7 @@ from ..mesh import DeviceMesh
 from ..placement import Replicate, Shard
 from .grad_sync import partial_gradient
 from .params import attach_own_layouts, buffers_to_mesh, distribute_param
-from .rng import per_rank_rng
+from .rng import follow_layout
 from .style import ParallelStyle, claim, fqn, to_layout
 
 __all__ = ["SequenceParallel"]
@@ -43,16 +43,16 @@ class SequenceParallel(ParallelStyle):
     def __repr__(self):
         return f"SequenceParallel(sequence_dim={self.sequence_sharding[0].dim}, use_local_output={self.use_local_output})"
 
+    def param_placements(self, module):
+        return {(sub, name): Replicate() for sub in module.modules() for name, _ in sub.named_parameters(recurse=False)}
+
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         claim(self, module)
+        for (sub, name), placement in self.param_placements(module).items():
+            distribute_param(sub, name, placement, device_mesh, self.src_data_rank)
         for sub in module.modules():
-            for name, _ in list(sub.named_parameters(recurse=False)):
-                distribute_param(sub, name, Replicate(), device_mesh, self.src_data_rank)
             buffers_to_mesh(sub, device_mesh)
         _partial_gradients(module, device_mesh)
-        dropouts = [m for m in module.modules() if isinstance(m, nn.modules.dropout._DropoutNd)]
-        if dropouts:  # its own mask on each rank: run the forward on a per-rank stream
-            module.forward = _PerRankRandom(module.forward, device_mesh, dropouts)
         module.register_forward_pre_hook(lambda mod, inputs: self._prepare_input(mod, inputs, device_mesh))
         module.register_forward_hook(lambda mod, inputs, out: self._prepare_output(mod, inputs, out, device_mesh))
         return module
@@ -68,7 +68,9 @@ class SequenceParallel(ParallelStyle):
         else:
             raise ValueError(f"expecting input of {fqn(module)} to be a torch.Tensor or DTensor, but got {x!r}")
         module._tp_sequence_length = x.shape[x.placements[0].dim]
-        return (x.to_local(), *rest)
+        local = x.to_local()
+        follow_layout(True, module, mesh, local)  # this rank's tokens: this rank's random stream
+        return (local, *rest)
 
     def _prepare_output(self, module, inputs, out, mesh):
         dim = self.sequence_sharding[0].normalized(out.ndim).dim
@@ -85,15 +87,3 @@ def _partial_gradients(module: nn.Module, mesh: DeviceMesh) -> None:
         for name, param in sub.named_parameters(recurse=False):
             partial_gradient(param, mesh, f"{fqn(sub)}.{name}")
 
-
-class _PerRankRandom:
-    """A module's forward, run with this rank's own random stream while a dropout in it is active."""
-
-    def __init__(self, forward, mesh: DeviceMesh, dropouts: list[nn.Module]):
-        self.forward, self.mesh, self.dropouts = forward, mesh, dropouts
-
-    def __call__(self, x, *args, **kwargs):
-        if not any(d.training and d.p > 0 for d in self.dropouts):  # eval: no randomness, no draw
-            return self.forward(x, *args, **kwargs)
-        with per_rank_rng(self.mesh.get_local_rank(), x.device):
-            return self.forward(x, *args, **kwargs)

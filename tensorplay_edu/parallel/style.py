@@ -30,7 +30,9 @@ from ..mesh import DeviceMesh
 from ..placement import Partial, Placement, Replicate, Shard, chunk_offset, chunk_sizes
 from .async_tp import MatmulReduceScatter, RingInput, is_async
 from .grad_sync import partial_gradient
+from .init import install_reset_parameters
 from .params import attach_own_layouts, buffers_to_mesh, distribute_param
+from .rng import follow_layout
 
 __all__ = ["ParallelStyle", "ColwiseParallel", "RowwiseParallel"]
 
@@ -56,6 +58,11 @@ class ParallelStyle:
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         raise NotImplementedError
+
+    def param_placements(self, module: nn.Module) -> dict[tuple[nn.Module, str], Placement] | None:
+        """Where ``_apply`` will put each parameter it shards, ``{(owner, name): placement}``
+        (``{}``: it shards none; ``None``: unknown).  parallelize_module checks tied weights with it."""
+        return None
 
 
 _TWICE = {
@@ -126,10 +133,16 @@ class _LinearOrEmbedding(ParallelStyle):
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         claim(self, module)
         self._shard(module, device_mesh)
+        install_reset_parameters(module)  # reset_parameters() draws the whole weight, keeps this rank's piece
         buffers_to_mesh(module, device_mesh)
         module.register_forward_pre_hook(lambda mod, inputs: self._prepare_input(mod, inputs, device_mesh))
-        module.register_forward_hook(lambda mod, inputs, out: self._prepare_output(mod, out, device_mesh))
+        module.register_forward_hook(lambda mod, inputs, out: self._output_hook(mod, out, device_mesh))
         return module
+
+    def _output_hook(self, module, out, mesh):
+        out = self._prepare_output(module, out, mesh)
+        follow_layout(isinstance(self.output_layouts[0], Shard), module, mesh, out)  # dropout masks after it
+        return out
 
     def _finish(self, dt: DTensor, module: nn.Module):
         """Output DTensor -> the declared output layout -> local tensor if asked."""
@@ -148,10 +161,13 @@ class ColwiseParallel(_LinearOrEmbedding):
     default_input, default_output = Replicate(), Shard(-1)
     desired_input_layouts = (Replicate(),)
 
+    def param_placements(self, module):
+        dim = 0 if isinstance(module, nn.Linear) else 1  # the output features: [out, in] or [vocab, dim]
+        return {(module, name): Shard(dim) for name, _ in module.named_parameters(recurse=False)}
+
     def _shard(self, module, mesh):
-        dim = 0 if isinstance(module, nn.Linear) else 1
-        for name, _ in list(module.named_parameters(recurse=False)):
-            distribute_param(module, name, Shard(dim), mesh, self.src_data_rank)
+        for (_, name), placement in self.param_placements(module).items():
+            distribute_param(module, name, placement, mesh, self.src_data_rank)
         if isinstance(module, nn.Linear):  # a reader of a (maybe ring-gathered, see async_tp.py) input
             module._tp_colwise = True
             module.forward = types.MethodType(_colwise_linear, module)
@@ -188,16 +204,19 @@ class RowwiseParallel(_LinearOrEmbedding):
 
     default_input, default_output = Shard(-1), Replicate()
 
+    def param_placements(self, module):
+        if isinstance(module, nn.Linear):  # the input features; the bias is added once, whole
+            return {(module, "weight"): Shard(1), **({(module, "bias"): Replicate()} if module.bias is not None else {})}
+        return {(module, "weight"): Shard(0)}  # the vocabulary
+
     def _shard(self, module, mesh):
+        for (_, name), placement in self.param_placements(module).items():
+            distribute_param(module, name, placement, mesh, self.src_data_rank)
         if isinstance(module, nn.Linear):
-            distribute_param(module, "weight", Shard(1), mesh, self.src_data_rank)
-            if module.bias is not None:
-                distribute_param(module, "bias", Replicate(), mesh, self.src_data_rank)
-                if self.output_layouts[0] != Replicate():  # each rank sums the bias grad over its own rows
-                    partial_gradient(module.bias, mesh, f"{fqn(module)}.bias")
+            if module.bias is not None and self.output_layouts[0] != Replicate():  # each rank sums the bias grad
+                partial_gradient(module.bias, mesh, f"{fqn(module)}.bias")           # over its own rows
             module.forward = functools.partial(_partial_linear, module, mesh, self.output_layouts[0])
         else:
-            distribute_param(module, "weight", Shard(0), mesh, self.src_data_rank)
             module.forward = types.MethodType(_vocab_parallel_embedding, module)
 
     @staticmethod
