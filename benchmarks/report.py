@@ -264,9 +264,10 @@ def async_section(table: list[dict]) -> list[str]:
              "bench raises if the totals differ (and again if the rows' totals do).",
              "Ring columns: `async_tp.time_gather_matmul` on a [b, s/t, h] block input with layer 0's wq / wk / wv "
              "shards (the slowest rank's; medians of 5 runs; the middle repeat): the fused ring, its transfers alone, "
-             "its matmuls alone; overlap = 1 - (fused - max(comm, comp)) / min(comm, comp), 1 when the shorter part hid "
-             "entirely, 0 when they ran one after the other, below 0 when the ring took longer than both one after the "
-             "other (when the transfers are much shorter than the matmuls, a jitter of the fused time swings it far). "
+             "its matmuls alone; overlap = (serial - fused) / (serial - ideal) with serial = comm + comp and the ring's "
+             "own ideal (t-1) max(comm/(t-1), comp/t) + comp/t (the last chunk's matmuls hide nothing): 1 at the ideal, "
+             "0 when they ran one after the other, below 0 when the ring took longer than both one after the other "
+             "(when the transfers are much shorter than the matmuls, a jitter of the fused time swings it far). "
              "Ring waits: from a `Timeline` of one async step, the time the rank's transfers were in flight with no "
              "matmul of its own running (it had finished the chunk's matmuls and waited for the next chunk, or for a "
              "late neighbour), against their whole time in flight."]

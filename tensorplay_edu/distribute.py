@@ -115,6 +115,9 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = Non
     rank's current GPU).  A meta tensor stays on the meta device, with this rank's shape,
     and nothing is communicated for it.
     """
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"distribute_tensor takes a torch.Tensor, got a {type(tensor).__name__}: make it one first "
+                        "(torch.tensor(...))")
     if not tensor.is_leaf:
         raise RuntimeError("`distribute_tensor` should be used to distribute leaf tensors! but found non-leaf tensor!")
     mesh, placements = _resolve(device_mesh, placements, tensor.ndim, "distribute_tensor")

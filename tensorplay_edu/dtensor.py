@@ -28,6 +28,15 @@ __all__ = ["DTensor", "register_torch_function"]
 _TORCH_FUNCTIONS: dict = {}
 
 
+# what to say when a refused torch function has a better way than .to_local(): filled by features
+_HINTS: dict = {}
+
+
+def register_hint(func, hint: str) -> None:
+    """The advice the error of ``func(dtensor, ...)`` gives instead of the generic one."""
+    _HINTS[func] = hint
+
+
 def register_torch_function(func, handler):
     """Let ``func(dtensor, ...)`` run ``handler`` (``None`` removes it); returns the handler
     it replaces (or None), so that a caller can put it back."""
@@ -46,7 +55,11 @@ def _resolve(mesh, placements, ndim: int, what: str) -> tuple[DeviceMesh, tuple[
     if placements is None:
         placements = [Replicate()] * mesh.ndim
     placements = tuple(placements)
-    if len(placements) != mesh.ndim or not all(isinstance(p, Placement) for p in placements):
+    wrong = next((p for p in placements if not isinstance(p, Placement)), None)
+    if wrong is not None:
+        raise TypeError(f"{what}: placements holds {wrong!r}, a {type(wrong).__name__}, not a Placement: use "
+                        "Shard(dim), Replicate() or Partial()")
+    if len(placements) != mesh.ndim:
         raise ValueError(f"{what}: give one placement per mesh dimension ({mesh.ndim}), got {placements}")
     placements = normalize(placements, ndim)
     shards = [p.dim for p in placements if isinstance(p, Shard)]
@@ -257,6 +270,8 @@ class DTensor:
         if handler is not None:
             return handler(*args, **(kwargs or {}))
         placements = next((a.placements for a in args if isinstance(a, DTensor)), ())
+        if func in _HINTS:
+            raise NotImplementedError(_HINTS[func].format(placements=list(placements)))
         name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
         raise _unsupported(f"torch op {getattr(func, '__module__', '') or ''}.{name}".replace("..", "."), placements)
 

@@ -25,7 +25,13 @@ How :func:`launch` avoids the known failure modes:
   ranks at once and raises :class:`RankError` naming the rank.  A rank that dies
   without a word (``os._exit``, a signal) is seen through its process sentinel.  Every
   collective times out after ``timeout`` seconds (default 60), and the parent gives the
-  stragglers ``timeout`` more seconds once any rank has finished.  No rank outlives the call.
+  stragglers ``timeout`` more seconds once any rank has finished.  Ranks that all stop
+  using the CPU for ``timeout`` seconds (each waiting outside any collective: a sleep, a
+  lock, ``input()``) are killed too, with a ``TimeoutError`` (read from ``/proc``, on Linux;
+  a rank that computes is never cut short).  No rank outlives the call.
+* **the parent's death**: each rank watches a pipe whose other end only the parent holds;
+  when the parent dies (even by SIGKILL), the pipe closes and every rank removes the launch's
+  temporary folder and exits.  The forkserver exits with its parent by itself.
 * **mismatched collectives** end in a timeout, "Connection closed by peer" or, for different
   sizes, an abort (code -6, "Received data size doesn't match" in the rank's log): one hint
   for all.  A rank that only lost its peer is named only if no other fails within 2 s.
@@ -47,6 +53,8 @@ function (see :mod:`tensorplay_edu.torchrun`).
 from __future__ import annotations
 
 import contextlib
+import importlib
+import io
 import multiprocessing as mp
 import multiprocessing.spawn as mp_spawn
 import multiprocessing.connection  # noqa: F401  (mp.connection.wait)
@@ -59,6 +67,7 @@ import tempfile
 import threading
 import time
 import traceback
+import types
 from datetime import timedelta
 
 import cloudpickle
@@ -135,6 +144,22 @@ def _without_main():
             mp_spawn.get_preparation_data = original
 
 
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle, plus modules of a ModuleType subclass (torch's config modules, e.g.
+    ``torch._inductor.config``, which a function sets for async TP) sent by name."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, types.ModuleType) and type(obj) is not types.ModuleType and obj.__name__ in sys.modules:
+            return importlib.import_module, (obj.__name__,)
+        return super().reducer_override(obj)
+
+
+def _dumps(obj) -> bytes:
+    buffer = io.BytesIO()
+    _Pickler(buffer).dump(obj)
+    return buffer.getvalue()
+
+
 def _plain(obj):
     """A copy of ``obj`` that outlives this process: tensors detached, cloned, on the CPU."""
     if isinstance(obj, torch.Tensor):
@@ -161,10 +186,23 @@ def _float8_from_bytes(data: torch.Tensor, dtype: str) -> torch.Tensor:
     return data.view(getattr(torch, dtype))
 
 
+def _watch_parent(alive, folder: str) -> None:
+    """In a rank: block on the parent's pipe; it closes when the parent ends (or dies): clean up, exit."""
+    def watch():
+        with contextlib.suppress(Exception):
+            alive.recv_bytes()  # nothing is ever sent: this returns (EOFError) when the parent is gone
+        shutil.rmtree(folder, ignore_errors=True)
+        os._exit(70)
+
+    threading.Thread(target=watch, name="tensorplay-parent-watch", daemon=True).start()
+
+
 def _rank_main(payload: bytes, rank: int, world_size: int, store_path: str, backend: str, timeout: float,
-               threads: int, conn, log_path: str) -> None:
+               threads: int, conn, log_path: str, alive=None) -> None:
     """Entry point of one launched rank (runs in the child process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it kills every rank
+    if alive is not None:
+        _watch_parent(alive, os.path.dirname(store_path))
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -214,8 +252,14 @@ def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float
         RankError: a rank raised (its traceback is in the message) or died.
         TimeoutError: ranks still running ``timeout`` seconds after another finished.
     """
+    if not callable(fn):
+        raise TypeError(f"launch: fn must be a function to run on every rank, got {fn!r}")
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"launch: world_size must be a positive int, got {world_size!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"launch: timeout must be a positive number of seconds, got {timeout!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"launch: threads must be a positive int, got {threads!r}")
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"launch: backend must be 'gloo' or 'nccl', got {backend!r}")
     if backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < world_size):
@@ -223,17 +267,19 @@ def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float
         raise RuntimeError(f"launch(backend='nccl') needs {world_size} CUDA devices, found {found}: "
                            "use backend='gloo' on the CPU")
     ctx = _context(start_method)
-    payload = cloudpickle.dumps((fn, args))
+    payload = _dumps((fn, args))
     logdir = tempfile.mkdtemp(prefix="tensorplay_ranks_")  # rendezvous file and rank logs
     store_path = os.path.join(logdir, "rendezvous")
     logs = [os.path.join(logdir, f"rank{r}.log") for r in range(world_size)]
     procs, conns = [], []
+    alive, parent_end = ctx.Pipe(duplex=False)  # the ranks watch `alive`; only this process holds `parent_end`
     try:
         with _ctrl_c_held_back(), _without_main():
             for r in range(world_size):
                 recv, send = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_rank_main, name=f"tensorplay-rank{r}", daemon=True,
-                                args=(payload, r, world_size, store_path, backend, timeout, threads, send, logs[r]))
+                                args=(payload, r, world_size, store_path, backend, timeout, threads, send, logs[r],
+                                      alive))
                 p.start()
                 send.close()
                 procs.append(p)
@@ -248,7 +294,7 @@ def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float
                 p.kill()
         for p in procs:
             p.join()
-        for c in conns:
+        for c in (*conns, alive, parent_end):
             c.close()
         _print_logs(logs)
         shutil.rmtree(logdir, ignore_errors=True)
@@ -279,6 +325,7 @@ def _collect(procs, conns, timeout: float, logs) -> list:
     """
     results, failed, first_done_at, grace_end = {}, [], None, None
     pending = {c: r for r, c in enumerate(conns)}
+    idle = _IdleWatch(procs, timeout + _IDLE_EXTRA)
     while pending:
         if failed and (any(kind != "peer" for _, _, kind in failed) or time.monotonic() >= grace_end):
             break  # the root cause is in, or it had its grace period
@@ -289,7 +336,12 @@ def _collect(procs, conns, timeout: float, logs) -> list:
                 f"ranks {sorted(pending.values())} were still running {timeout:g} s after another rank "
                 "finished: they are probably waiting in a collective the others never issued (a mismatched "
                 "or skipped collective). They were killed; raise launch(timeout=...) if they were just slow.")
-        for conn in mp.connection.wait(list(pending), timeout=left):
+        if not failed and idle.all_idle(sorted(pending.values())):
+            raise TimeoutError(
+                f"ranks {sorted(pending.values())} used no CPU for {idle.window:g} s and returned nothing: each is "
+                "waiting outside any collective (a sleep, a lock, input(), a queue nobody fills). They were "
+                "killed; if they wait on purpose, raise launch(timeout=...).")
+        for conn in mp.connection.wait(list(pending), timeout=1.0 if left is None else min(left, 1.0)):
             r = pending.pop(conn)
             try:
                 msg = conn.recv_bytes()
@@ -306,6 +358,40 @@ def _collect(procs, conns, timeout: float, logs) -> list:
     if failed:
         raise _rank_error(failed, procs, results)
     return [results[r] for r in range(len(procs))]
+
+
+_IDLE_EXTRA = 3.0  # a stuck collective fails in its rank after `timeout`: let that error come first
+
+
+class _IdleWatch:
+    """Have all the given ranks used (almost) no CPU for ``window`` seconds?  Read from
+    ``/proc/<pid>/stat`` (user + system time); where there is no ``/proc``, never."""
+
+    def __init__(self, procs, window: float):
+        self.procs, self.window, self.seen = procs, window, {}  # rank -> [(time, cpu seconds)]
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def _cpu(self, pid: int) -> float | None:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / self.tick  # utime + stime
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def all_idle(self, ranks) -> bool:
+        now, idle = time.monotonic(), True
+        for r in ranks:
+            cpu = self._cpu(self.procs[r].pid)
+            if cpu is None:
+                return False
+            history = self.seen.setdefault(r, [])
+            history.append((now, cpu))
+            while len(history) > 1 and history[1][0] <= now - self.window:
+                history.pop(0)  # keep one sample at least `window` old
+            start, cpu0 = history[0]
+            idle = idle and now - start >= self.window and cpu - cpu0 < 0.05
+        return idle
 
 
 def _rank_error(failed, procs, results) -> RankError:

@@ -206,6 +206,9 @@ def init_device_mesh(device_type: str, mesh_shape, *, mesh_dim_names: tuple[str,
     """
     mesh_shape = tuple(mesh_shape)
     n = math.prod(mesh_shape)
+    if device_type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"init_device_mesh('cuda', {mesh_shape}): this machine has no CUDA device "
+                           "(torch.cuda.is_available() is False): build the mesh with 'cpu' (gloo)")
     _ensure_default_group(device_type, n)
     if n != dist.get_world_size():
         raise ValueError(

@@ -11,8 +11,9 @@ bar as long as the matmul beside it may have finished earlier; one that outlasts
 the rank waiting).  ``Timeline.origin_ns`` (``perf_counter_ns`` at entry, one clock for all
 processes of a machine) lines ranks up.  On the CPU the clock is ``time.perf_counter_ns``; on
 a GPU, CUDA events on the current stream, read when the recorder closes (so recording does
-not synchronise the GPU).  ``viz.draw_timeline`` draws it; :func:`overlap` turns three
-measurements into the overlap fraction.
+not synchronise the GPU).  ``viz.draw_timeline`` draws it; :func:`overlap` turns the three
+measurements of a ring (fused, transfers alone, matmuls alone) and its size into the fraction of
+the overlap the ring could reach (:func:`ring_ideal`) that it reached.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Timeline", "Interval", "interval", "overlap"]
+__all__ = ["Timeline", "Interval", "interval", "overlap", "ring_ideal"]
 
 _ACTIVE: list["Timeline"] = []
 
@@ -104,9 +105,21 @@ def close(kind: str, label: str, marks: list) -> None:
             tl.add(kind, label, start, tl._mark())
 
 
-def overlap(fused: float, comm: float, comp: float) -> float:
-    """``1 - (T_fused - max(T_comm, T_comp)) / min(T_comm, T_comp)``: 1 when the shorter part hid
-    entirely under the longer one, 0 when they ran one after the other (each measured alone)."""
-    if min(comm, comp) <= 0:
+def ring_ideal(comm: float, comp: float, t: int) -> float:
+    """The best a ring of ``t`` steps can do: each of its t-1 transfers (``comm / (t-1)`` each) hides
+    under one chunk's matmuls (``comp / t``) or the other way round, and the last chunk's matmuls
+    have nothing left to hide under: ``(t-1) * max(comm/(t-1), comp/t) + comp/t``."""
+    if t < 2:
+        return comp
+    return (t - 1) * max(comm / (t - 1), comp / t) + comp / t
+
+
+def overlap(fused: float, comm: float, comp: float, t: int) -> float:
+    """How much of the possible overlap a ring reached: ``(serial - fused) / (serial - ideal)`` with
+    ``serial = comm + comp`` (transfers and matmuls one after the other, each measured alone) and the
+    ring's own :func:`ring_ideal`.  1 at the ideal, 0 for no overlap, below 0 slower than serial; the
+    three times are measured at different moments, so noise can also push it a little above 1."""
+    serial, ideal = comm + comp, ring_ideal(comm, comp, t)
+    if serial - ideal <= 0:
         return 0.0
-    return 1.0 - (fused - max(comm, comp)) / min(comm, comp)
+    return (serial - fused) / (serial - ideal)

@@ -113,3 +113,120 @@ def uneven_rings() -> tuple[list[str], int]:
     check("matmul-scatter input grad", x_local.grad, chunk(xf.grad, 2, t, r))
     check("matmul-scatter weight grad", w_local.grad, chunk(wf.grad, 1, t, r))
     return fails, n
+
+
+# ---- where the ring is refused (issue 18) -------------------------------------------------------
+
+class _Attn(torch.nn.Module):
+    """wq, wk (colwise readers of one block input) -> wo (rowwise, sequence-sharded output)."""
+
+    def __init__(self, h=8):
+        super().__init__()
+        self.wq, self.wk = torch.nn.Linear(h, 16, bias=False), torch.nn.Linear(h, 16, bias=False)
+        self.wo = torch.nn.Linear(16, h, bias=False)
+
+    def forward(self, x):
+        return self.wo(torch.relu(self.wq(x)) * self.wk(x))
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, h=8):
+        super().__init__()
+        self.norm, self.attn = torch.nn.LayerNorm(h), _Attn(h)
+
+    def forward(self, x):
+        return self.attn(self.norm(x))
+
+
+def _sp_block(float8: bool):
+    from tensorplay_edu import Replicate, Shard
+    from tensorplay_edu.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel
+
+    def plan(m, mesh):
+        from tensorplay_edu.parallel import parallelize_module
+        return parallelize_module(m, mesh, {
+            "norm": SequenceParallel(),
+            "attn": PrepareModuleInput(input_layouts=Shard(1), desired_input_layouts=Replicate()),
+            "attn.wq": ColwiseParallel(), "attn.wk": ColwiseParallel(),
+            "attn.wo": RowwiseParallel(output_layouts=Shard(1), use_local_output=False)})
+
+    def build():
+        block = _Block()
+        if float8:
+            from tensorplay_edu.float8 import convert_to_float8_training
+            block = convert_to_float8_training(block)
+        return block
+    return build, plan
+
+
+def ring_edges(case: str) -> dict:
+    """One forward and backward under async TP and synchronously, against one device: the values,
+    whether a ring ran, and why not (the logged reason)."""
+    import copy
+    import logging
+
+    from tensorplay_edu import DTensor, Shard, distribute_tensor
+    from tensorplay_edu.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    t, r = mesh.size(), mesh.get_local_rank()
+    torch.manual_seed(0)
+    if case in ("row last dim", "col last dim"):  # a Linear on a feature-sharded input / output
+        build = lambda: torch.nn.Linear(8, 6, bias=False)  # noqa: E731
+        style = RowwiseParallel(output_layouts=Shard(-1)) if case == "row last dim" else \
+            ColwiseParallel(input_layouts=Shard(-1), output_layouts=Shard(-1))
+        plan = lambda m, mesh: parallelize_module(m, mesh, style)  # noqa: E731
+        x_full = torch.randn(2, 4, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+        make_input = lambda: x_full.chunk(t, -1)[r].clone().requires_grad_()  # noqa: E731
+        local_input = True
+    else:
+        seq = {"uneven": 7 if t == 2 else 10, "no rows": t - 1, "float8 plain": 4 * t, "even": 4 * t}[case]
+        build, plan = _sp_block(float8=case == "float8 plain")
+        x_full = torch.randn(2, seq, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+        make_input = lambda: distribute_tensor(x_full, mesh, [Shard(1)]).requires_grad_()  # noqa: E731
+        local_input = False
+    ref = build().double()
+    x_ref = x_full.clone().requires_grad_()
+    g_full = torch.randn(ref(x_ref).shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    (ref(x_ref) * g_full).sum().backward()
+    out = {}
+    for mode in ("sync", "async"):
+        model = plan(copy.deepcopy(ref), mesh)
+        x = make_input()
+        seen = []
+        handler = logging.Handler()
+        handler.emit = lambda record: seen.append(record.getMessage())
+        logger = logging.getLogger("tensorplay_edu.parallel.async_tp")
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        try:
+            with (enable_async_tp(mesh) if mode == "async" else contextlib.nullcontext()), CommDebugMode() as comm:
+                y = model(x)
+                y_full = y.full_tensor() if isinstance(y, DTensor) else torch.cat(
+                    [torch.empty_like(y) for _ in range(t)], -1)
+                if not isinstance(y, DTensor):
+                    pieces = [torch.empty_like(y) for _ in range(t)]
+                    dist.all_gather(pieces, y.detach().contiguous())
+                    y_full = torch.cat(pieces, -1)
+                g = g_full.chunk(t, -1)[r] if not isinstance(y, DTensor) else \
+                    g_full.narrow(1, *_rows_of(g_full.shape[1], t, r))
+                (y.to_local() if isinstance(y, DTensor) else y).backward(g)
+        finally:
+            logger.removeHandler(handler)
+        grad_x = x.grad if local_input else x.grad.full_tensor() if isinstance(x.grad, DTensor) else x._local.grad
+        out[mode] = {"y": float((y_full - ref(x_full)).abs().max()),
+                     "rings": sorted({rec.op for rec in comm.records if "matmul" in rec.op}),
+                     "why": seen, "grads": {n: _full_grad(p) for n, p in model.named_parameters()},
+                     "grad x": grad_x.detach().clone()}
+    out["ref grads"] = {n: p.grad for n, p in ref.named_parameters()}
+    out["ref grad x"] = x_ref.grad if not local_input else x_ref.grad.chunk(t, -1)[r]
+    return out
+
+
+def _rows_of(n, t, r):
+    from tensorplay_edu.placement import chunk_offset, chunk_sizes
+    return chunk_offset(n, t, r), chunk_sizes(n, t)[r]
+
+
+def _full_grad(p):
+    return as_dtensor(p, p.grad).full_tensor() if param_layout(p) is not None else p.grad

@@ -163,6 +163,21 @@ CASES = {
         RuntimeError, ["get_total_norm", "sharded over several ranks", "clip_grad_norm_"]),
     "clip_grad_norm_ under FSDP2 without attach_layouts": (
         _fsdp2_without_attach_layouts, RuntimeError, ["attach_layouts(model)", "FSDP2", "fully_shard"]),
+    # the edges of float8 and async TP (issue 18): at construction or at the call, not later
+    "RowwiseParallel input_layouts a string": (
+        lambda: lambda: RowwiseParallel(input_layouts="shard"), TypeError,
+        ["RowwiseParallel(input_layouts=...)", "'shard'", "Shard(-1)"]),
+    "ColwiseParallel output_layouts a tuple": (
+        lambda: lambda: ColwiseParallel(output_layouts=(Shard(0), Shard(1))), TypeError,
+        ["ColwiseParallel(output_layouts=...)", "tuple of 2", "one Placement"]),
+    "distribute_tensor placements of the wrong type": (
+        lambda: lambda: distribute_tensor(torch.ones(4), _mesh(), ["S"]), TypeError, ["'S'", "str", "Shard(dim)"]),
+    "distribute_tensor of a list": (
+        lambda: lambda: distribute_tensor([1.0, 2.0], _mesh(), [Shard(0)]), TypeError,
+        ["distribute_tensor", "list", "torch.tensor"]),
+    "cross_entropy of a DTensor outside loss_parallel": (
+        lambda: lambda: F.cross_entropy(_logits(), torch.zeros(6, dtype=torch.long)), NotImplementedError,
+        ["loss_parallel()", ".to_local()", "wrong loss", ".full_tensor()"]),
 
     # training loops (issue 8)
     "torch clip_grad_norm_ on sharded parameters": (
@@ -288,6 +303,12 @@ CASES = {
         lambda: lambda: init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))["dp"], KeyError,
         ["'dp'", "('tp',)"]),
 }
+
+
+if not torch.cuda.is_available():  # on a machine with GPUs the call is right
+    CASES["init_device_mesh('cuda') without CUDA"] = (
+        lambda: lambda: init_device_mesh("cuda", (dist.get_world_size(),)), RuntimeError,
+        ["init_device_mesh('cuda'", "no CUDA device", "'cpu'"])
 
 
 def run_all() -> dict[str, tuple[str, str] | None]:

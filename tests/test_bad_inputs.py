@@ -37,3 +37,22 @@ def test_bad_input_is_a_clear_error(outcomes, case):
 def test_a_plan_with_a_bad_key_changes_nothing_and_the_corrected_plan_applies():
     for fails, n in launch(rank_bad_inputs.plan_with_a_bad_key_changes_nothing, 2):
         assert not fails and n == 3, fails
+
+
+# Bad inputs to launch itself: errors in the calling process, at the call, before any rank starts (issue 18:
+# launch(None) failed only inside the ranks, 7.7 s later; launch(timeout=-1) got gloo's "Invalid timeout").
+LAUNCH_CASES = {
+    "launch(None)": (lambda: launch(None, 2), TypeError, ["fn must be a function", "None"]),
+    "launch(timeout=-1)": (lambda: launch(print, 2, timeout=-1), ValueError, ["timeout", "positive", "-1"]),
+    "launch(timeout='60')": (lambda: launch(print, 2, timeout="60"), ValueError, ["timeout", "'60'"]),
+    "launch(threads=0)": (lambda: launch(print, 2, threads=0), ValueError, ["threads", "positive int"]),
+}
+
+
+@pytest.mark.parametrize("case", list(LAUNCH_CASES))
+def test_bad_input_to_launch_is_a_clear_error_at_the_call(case):
+    call, exc_type, fragments = LAUNCH_CASES[case]
+    with pytest.raises(exc_type) as info:
+        call()
+    missing = [f for f in fragments if f not in str(info.value)]
+    assert not missing, f"{case}: the message lacks {missing}: {info.value}"

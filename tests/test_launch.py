@@ -1,5 +1,6 @@
 """The launcher: results, failures, timeouts, re-launch, concurrency, prints, threads."""
 
+import contextlib
 import inspect
 import os
 import signal
@@ -291,6 +292,7 @@ def test_defaults_and_argument_errors():
         launch(print, 0)
     with pytest.raises(ValueError, match="backend"):
         launch(print, 1, backend="mpi")
+    # launch(None), launch(timeout=-1), launch(threads=0): the bad-input catalogue (test_bad_inputs.py)
     if torch.cuda.device_count() < 2:
         with pytest.raises(RuntimeError, match="CUDA"):
             launch(print, 2, backend="nccl")
@@ -369,3 +371,87 @@ def test_float8_results_come_back():
     out = launch(work, 1)[0]
     assert out["x"].dtype == torch.float8_e4m3fn and out["x"].float().tolist() == [1.0, -2.0, 448.0]
     assert out["y"][0].dtype == torch.float8_e5m2
+
+
+# ---- faults outside any collective, and the parent's death (issue 18) --------------------------------
+
+_HANG_SCRIPT = """
+import os, sys, time
+from tensorplay_edu import launch
+
+def hang(note):
+    with open(note, "w") as f:  # this launch's folder: its log is this rank's stdout
+        f.write(os.path.dirname(os.readlink("/proc/self/fd/1")))
+    time.sleep(3600)  # outside any collective: no collective timeout will ever fire
+
+try:
+    launch(hang, 2, sys.argv[1], timeout=3)
+except TimeoutError as err:
+    print("TimeoutError:", err)
+print("its folder is left:", os.path.exists(open(sys.argv[1]).read()))
+"""
+
+
+def test_ranks_that_all_hang_outside_a_collective_end_in_a_timeout_error(tmp_path):
+    """Before issue 18 such a launch never returned; the script runs under subprocess's own timeout."""
+    script = tmp_path / "hang.py"
+    script.write_text(_HANG_SCRIPT)
+    run = subprocess.run([sys.executable, str(script), str(tmp_path / "folder")], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert "TimeoutError: ranks [0, 1] used no CPU" in run.stdout, run.stdout + run.stderr
+    assert "launch(timeout=...)" in run.stdout
+    assert "its folder is left: False" in run.stdout
+
+
+_ORPHAN_SCRIPT = """
+import os, sys, time
+from tensorplay_edu import launch
+
+def hang(path):
+    folder = os.path.dirname(os.readlink("/proc/self/fd/1"))  # this launch's folder: its log is our stdout
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()} {folder}\\n")
+    time.sleep(3600)
+
+launch(hang, 2, sys.argv[1], timeout=600)
+"""
+
+
+def test_ranks_and_forkserver_die_with_their_parent_and_leave_no_folder(tmp_path):
+    """SIGKILL of the launching process: nothing of it may run on, and its temporary folder goes."""
+    script, note = tmp_path / "orphan.py", tmp_path / "ranks"
+    script.write_text(_ORPHAN_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), str(note)], cwd=ROOT, start_new_session=True)
+    try:
+        for _ in range(600):  # the ranks write their pid and folder (the first launch starts a forkserver)
+            if note.exists() and len(note.read_text().split("\n")) > 2:
+                break
+            time.sleep(0.1)
+        ranks = [line.split() for line in note.read_text().splitlines()]
+        family = [int(p) for p in os.listdir("/proc") if p.isdigit() and _in_group(int(p), proc.pid)]
+        assert len(ranks) == 2 and len(family) >= 4  # the script, its forkserver (and tracker), two ranks
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        pids = [int(pid) for pid, _ in ranks] + [p for p in family if p != proc.pid]
+        for _ in range(300):
+            if all(_gone(p) for p in pids) and not os.path.exists(ranks[0][1]):
+                break
+            time.sleep(0.1)
+        assert [p for p in pids if not _gone(p)] == []
+        assert not os.path.exists(ranks[0][1]), ranks[0][1]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_function_that_sets_torchs_inductor_config_travels():
+    """torchtitan's async-TP line in a launched function (torch._inductor.config is a module of its own
+    class, which plain cloudpickle refused: "cannot pickle 'ConfigModuleInstance' object")."""
+    import torch._inductor.config as inductor_config
+
+    def work():
+        inductor_config._micro_pipeline_tp = True
+        return torch._inductor.config._micro_pipeline_tp
+
+    assert launch(work, 2) == [True, True]
+    assert inductor_config._micro_pipeline_tp is False  # the parent's is untouched

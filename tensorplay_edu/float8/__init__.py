@@ -6,9 +6,10 @@ only the package prefix of an import changes:
                                                               PrepareFloat8ModuleInput)
 
 Reading order: scaling (amax, scale, the saturating cast; why the amax is global under TP)
--> float8_linear (the three float8 matmuls) -> float8_tensor_parallel (the styles).
+-> config (torchao's fields, what each does here) -> float8_linear (the three float8 matmuls) -> float8_tensor_parallel (the styles).
 """
 
-from .float8_linear import Float8Linear, Float8LinearConfig, convert_to_float8_training
+from .config import Float8LinearConfig, precompute_float8_dynamic_scale_for_fsdp
+from .float8_linear import Float8Linear, convert_to_float8_training
 
-__all__ = ["Float8Linear", "Float8LinearConfig", "convert_to_float8_training"]
+__all__ = ["Float8Linear", "Float8LinearConfig", "convert_to_float8_training", "precompute_float8_dynamic_scale_for_fsdp"]

@@ -9,8 +9,9 @@ in forward (so the backward casts only the gradient, and needs no second weight 
 
 The matmul: ``torch._scaled_mm`` (real float8 kernels; it runs on the CPU too, accumulating in
 float32) for float32 / bfloat16 / float16 models; an emulation for float64 models or with
-``Float8LinearConfig(emulate=True)``: the exact float8 values upcast and multiplied in the
-model's dtype.  Either way the result is ``(a_fp8 @ b_fp8) / (scale_a * scale_b)``.
+``Float8LinearConfig(emulate=True)``, as torchao's: the exact float8 values dequantized and
+multiplied in float32 (float64 for a float64 model), one cast to the output dtype at the end.
+Either way the result is ``(a_fp8 @ b_fp8) / (scale_a * scale_b)``.
 
 Tensor parallelism changes *where the amax is taken* and *where the output is reduced*; the
 styles of :mod:`.float8_tensor_parallel` say so through ``module.float8_spec`` (a
@@ -27,18 +28,14 @@ from torch.autograd.function import once_differentiable
 
 from .. import debug
 from ..parallel.style import fqn
-from ..parallel.async_tp import is_async, ring_gather, ring_reduce_scatter
+from ..parallel.async_tp import ring_gather, ring_ok_rows, ring_reduce_scatter
 from ..placement import Partial, Replicate, Shard, chunk_offset, chunk_sizes
 from ..transition import redistribute_local
+from .config import Float8LinearConfig
 from .scaling import E4M3, E5M2, Scaled, quantize
 
 __all__ = ["Float8LinearConfig", "Float8Linear", "Float8Spec", "Float8Input", "float8_mm",
            "convert_to_float8_training"]
-
-
-@dataclass(frozen=True)
-class Float8LinearConfig:
-    emulate: bool = False  # True: never torch._scaled_mm (torchao's option of the same name)
 
 
 @dataclass(frozen=True)
@@ -52,6 +49,8 @@ class Float8Spec:
     weight_cut: tuple | None = None
     grad_cut: tuple | None = None
     reduce: tuple | None = None
+    recompute_weight: bool = False  # cast the weight again in backward (force_recompute_fp8_weight_in_bwd)
+    power_of_2: bool = False  # scales rounded down to powers of two (round_scales_to_power_of_2)
 
 
 @dataclass(frozen=True)
@@ -78,8 +77,9 @@ def float8_mm(a: torch.Tensor, scale_a, b: torch.Tensor, scale_b, out_dtype: tor
     size of 688 over 4 ranks: 172), so on a GPU both are zero-padded (``pad_to``; zeros add
     nothing to the product) and the result trimmed.
     """
-    if emulate or out_dtype == torch.float64:
-        return (a.to(out_dtype) @ b.to(out_dtype)) / (scale_a.to(out_dtype) * scale_b.to(out_dtype))
+    if emulate or out_dtype == torch.float64:  # torchao's emulation: dequantize, multiply, one cast at the end
+        wide = torch.float64 if out_dtype == torch.float64 else torch.float32  # never in bf16 / fp16
+        return ((a.to(wide) / scale_a.to(wide)) @ (b.to(wide) / scale_b.to(wide))).to(out_dtype)
     pad_to = pad_to if pad_to is not None else (16 if a.is_cuda else 1)
     n = b.shape[1]
     a = _pad(a, 1, pad_to)  # [M, K+]
@@ -107,8 +107,8 @@ class _Float8Linear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, x8: Scaled | None, spec: Float8Spec):
-        x8 = x8 if x8 is not None else quantize(x, E4M3, spec.input_cut)  # [.., in]
-        w8 = quantize(weight, E4M3, spec.weight_cut)  # [out, in] (a shard: its amax is global)
+        x8 = x8 if x8 is not None else quantize(x, E4M3, spec.input_cut, spec.power_of_2)  # [.., in]
+        w8 = quantize(weight, E4M3, spec.weight_cut, spec.power_of_2)  # [out, in] (a shard: its amax is global)
         lead, k = x8.data.shape[:-1], x8.data.shape[-1]
 
         def rows_times_w(rows: torch.Tensor) -> torch.Tensor:  # [.., in] float8 -> [.., out]
@@ -117,14 +117,17 @@ class _Float8Linear(torch.autograd.Function):
 
         mesh, dst = spec.reduce if spec.reduce is not None else (None, None)
         dst = dst.normalized(x8.data.ndim) if isinstance(dst, Shard) else dst
-        ctx.ring = isinstance(dst, Shard) and is_async(mesh)
+        ctx.ring = isinstance(dst, Shard) and ring_ok_rows(dst.dim, x8.data.shape, mesh, debug.current_module())
         if ctx.ring:  # matmul -> reduce-scatter as one ring, chunk by chunk
             y = matmul_reduce_scatter(lambda rows: rows_times_w(rows), x8.data, dst.dim, w8.data.shape[0], mesh)
         else:
             y = rows_times_w(x8.data)  # [.., out]
             if spec.reduce is not None:  # Float8RowwiseParallel: g (all-reduce) or reduce-scatter, high precision
                 y = redistribute_local(y, mesh, (Partial(),), (dst,), y.shape)
-        ctx.save_for_backward(x8.data, x8.scale, w8.data, w8.scale)
+        if spec.recompute_weight:  # keep the high-precision weight; its float8 copy is made again in backward
+            ctx.save_for_backward(x8.data, x8.scale, weight)
+        else:
+            ctx.save_for_backward(x8.data, x8.scale, w8.data, w8.scale)
         ctx.spec, ctx.dst, ctx.full_shape = spec, dst, (*lead, w8.data.shape[0])
         ctx.dtypes, ctx.module = (x.dtype, weight.dtype), debug.current_module()
         return y
@@ -132,8 +135,14 @@ class _Float8Linear(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, gy):
-        x_data, x_scale, w_data, w_scale = ctx.saved_tensors
         spec, dst, (x_dtype, w_dtype) = ctx.spec, ctx.dst, ctx.dtypes
+        if spec.recompute_weight:
+            x_data, x_scale, weight = ctx.saved_tensors
+            with debug.backward_scope(ctx.module):
+                w8 = quantize(weight, E4M3, spec.weight_cut, spec.power_of_2)
+            w_data, w_scale = w8.data, w8.scale
+        else:
+            x_data, x_scale, w_data, w_scale = ctx.saved_tensors
 
         def grads_of(g: torch.Tensor, g_scale, x_rows: torch.Tensor):  # float8 [.., out], [.., in] -> hp
             g2, x2 = g.reshape(-1, w_data.shape[0]), x_rows.reshape(-1, x_rows.shape[-1])
@@ -143,13 +152,13 @@ class _Float8Linear(torch.autograd.Function):
         with debug.backward_scope(ctx.module):
             if isinstance(dst, Shard):  # gy: this rank's slice: cast while sharded (global amax), gather in e5m2
                 mesh = spec.reduce[0]
-                g8 = quantize(gy, E5M2, (mesh, (0,)))
+                g8 = quantize(gy, E5M2, (mesh, (0,)), spec.power_of_2)
                 if ctx.ring:
                     return (*gather_matmul_grads(g8, x_data, dst.dim, mesh, grads_of), None, None)
                 gathered = redistribute_local(g8.data, mesh, (dst,), (Replicate(),), ctx.full_shape)
                 g8 = Scaled(gathered, g8.scale)  # 1 byte per element
             else:
-                g8 = quantize(gy, E5M2, spec.grad_cut)
+                g8 = quantize(gy, E5M2, spec.grad_cut, spec.power_of_2)
         grad_x, grad_w = grads_of(g8.data, g8.scale, x_data)
         return grad_x, grad_w, None, None
 
@@ -198,7 +207,9 @@ class Float8Linear(nn.Linear):
     def __init__(self, *args, config: Float8LinearConfig | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.config = config or Float8LinearConfig()
-        self.float8_spec = Float8Spec(emulate=self.config.emulate)  # the float8 styles replace it
+        self.float8_spec = Float8Spec(emulate=self.config.emulate,  # the TP styles add where tensors are cut
+                                      recompute_weight=self.config.force_recompute_fp8_weight_in_bwd,
+                                      power_of_2=self.config.round_scales_to_power_of_2)
 
     @classmethod
     def from_float(cls, mod: nn.Linear, config: Float8LinearConfig | None = None) -> "Float8Linear":
@@ -207,6 +218,12 @@ class Float8Linear(nn.Linear):
             new = cls(mod.in_features, mod.out_features, bias=False, config=config)
         new.weight, new.bias = mod.weight, mod.bias
         return new
+
+    def partial_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Under the plain RowwiseParallel: this rank's float8 product ``x_local @ W_local^T``, a
+        partial sum the style reduces (in high precision) and adds the bias to, once."""
+        with debug.module_scope(fqn(self)):
+            return _Float8Linear.apply(x, self.weight, None, self.float8_spec)
 
     def forward(self, x):
         carrier, x8 = (x.carrier, x.scaled) if isinstance(x, Float8Input) else (x, None)

@@ -39,7 +39,7 @@ from torch.autograd.function import once_differentiable
 
 from .. import debug
 from ..dtensor import DTensor
-from ..parallel.async_tp import RingInput, _rows, is_async, ring_gather, ring_reduce_scatter
+from ..parallel.async_tp import RingInput, _rows, ring_gather, ring_ok, ring_reduce_scatter
 from ..parallel.prepare import PrepareModuleInput
 from ..parallel.style import ColwiseParallel, RowwiseParallel, fqn, input_as_dtensor, ring_input
 from ..placement import Partial, Replicate, Shard
@@ -61,8 +61,8 @@ class _Float8Gather(torch.autograd.Function):
     Backward: the (summed, partial) input gradient reduce-scattered in high precision."""
 
     @staticmethod
-    def forward(ctx, x, mesh, src: Shard, shape):
-        x8 = quantize(x, E4M3, (mesh, (0,)))  # [b, s/t, h] -> float8, one global scale
+    def forward(ctx, x, mesh, src: Shard, shape, power_of_2=False):
+        x8 = quantize(x, E4M3, (mesh, (0,)), power_of_2)  # [b, s/t, h] -> float8, one global scale
         data = redistribute_local(x8.data, mesh, (src,), (Replicate(),), shape)  # [b, s, h]: all-gather, 1 B/elem
         ctx.mesh, ctx.src, ctx.shape, ctx.module = mesh, src, shape, debug.current_module()
         ctx.mark_non_differentiable(data, x8.scale)
@@ -74,7 +74,7 @@ class _Float8Gather(torch.autograd.Function):
     def backward(ctx, grad, _data, _scale):
         with debug.backward_scope(ctx.module):
             grad = redistribute_local(grad, ctx.mesh, (Partial(),), (ctx.src,), ctx.shape)  # [b, s/t, h]
-        return grad, None, None, None
+        return grad, None, None, None, None
 
 
 class _Float8GatherMatmul(torch.autograd.Function):
@@ -84,8 +84,8 @@ class _Float8GatherMatmul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, mesh, dim: int, sizes: list[int], specs: tuple, *weights):
-        x8 = quantize(x, E4M3, (mesh, (0,)))  # [b, s/t, h]: one global scale
-        w8s = [quantize(w, E4M3, spec.weight_cut) for w, spec in zip(weights, specs)]
+        x8 = quantize(x, E4M3, (mesh, (0,)), specs[0].power_of_2)  # [b, s/t, h]: one global scale
+        w8s = [quantize(w, E4M3, spec.weight_cut, spec.power_of_2) for w, spec in zip(weights, specs)]
         full = list(x.shape)
         full[dim] = sum(sizes)
         gathered = x8.data.new_empty(full)  # float8, kept for the weight gradients
@@ -112,7 +112,8 @@ class _Float8GatherMatmul(torch.autograd.Function):
         w_data, w_scale, (x_dtype, w_dtypes) = w[:n], w[n:], ctx.dtypes
         mesh, dim, sizes, specs = ctx.mesh, ctx.dim, ctx.sizes, ctx.specs
         with debug.backward_scope(ctx.module):
-            g8s = [None if g is None else quantize(g, E5M2, spec.grad_cut) for g, spec in zip(grads, specs)]
+            g8s = [None if g is None else quantize(g, E5M2, spec.grad_cut, spec.power_of_2)
+                   for g, spec in zip(grads, specs)]
 
             def shape_of(d):
                 shape = list(gathered.shape)
@@ -144,17 +145,17 @@ class Float8RingInput(RingInput):
                                          tuple(m.float8_spec for m in self.readers), *[m.weight for m in self.readers])
 
 
-def to_float8_input(x, layout, desired, mesh) -> Float8Input:
+def to_float8_input(x, layout, desired, mesh, power_of_2: bool = False) -> Float8Input:
     """A module input laid out as ``layout``, cast to e4m3 where it is, then moved to ``desired``
     (Shard -> Replicate: a float8 all-gather; Replicate stays: a local cast, no amax to share)."""
     dt = input_as_dtensor(x, mesh, layout)
     src, dst = dt.placements[0], desired if desired is not None else layout
     if isinstance(src, Shard) and dst == Replicate():
-        carrier, data, scale = _Float8Gather.apply(dt.to_local(), mesh, src, dt.shape)
+        carrier, data, scale = _Float8Gather.apply(dt.to_local(), mesh, src, dt.shape, power_of_2)
         return Float8Input(carrier, Scaled(data, scale))
     if src == Replicate() and dst == Replicate():
         carrier = dt.to_local(grad_placements=[Partial()])  # its readers' gradients are partial: Megatron's f
-        return Float8Input(carrier, quantize(carrier.detach(), E4M3))
+        return Float8Input(carrier, quantize(carrier.detach(), E4M3, None, power_of_2))
     raise NotImplementedError(f"float8 input from {src!r} to {dst!r}: only Shard -> Replicate (a float8 all-gather) "
                               "and Replicate are implemented")
 
@@ -167,11 +168,7 @@ class Float8ColwiseParallel(ColwiseParallel):
         _require_float8(self, module)
         super()._validate(module)
 
-    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
-        super()._apply(module, device_mesh)
-        cut = (device_mesh, (0,))  # weight rows and output columns are split over the TP group
-        module.float8_spec = replace(module.float8_spec, weight_cut=cut, grad_cut=cut)
-        return module
+    # (ColwiseParallel itself gives a Float8Linear global amaxes for its cut weight and output gradient)
 
     def _prepare_input(self, module, inputs, mesh):
         x = inputs[0]
@@ -180,7 +177,7 @@ class Float8ColwiseParallel(ColwiseParallel):
         layout = x.placements[0] if isinstance(x, DTensor) else self.input_layouts[0]
         if isinstance(layout, Shard):
             with debug.module_scope(fqn(module)):
-                return (to_float8_input(x, self.input_layouts[0], Replicate(), mesh),)
+                return (to_float8_input(x, self.input_layouts[0], Replicate(), mesh, module.float8_spec.power_of_2),)
         return super()._prepare_input(module, inputs, mesh)  # replicated: cast inside the matmul, locally
 
 
@@ -200,10 +197,13 @@ class Float8RowwiseParallel(RowwiseParallel):
         module.float8_spec = replace(module.float8_spec, input_cut=cut, weight_cut=cut,
                                      reduce=(mesh, self.output_layouts[0]))
 
-    def _prepare_output(self, module, out, mesh):  # out: reduced already, laid out as output_layouts
+    def _prepare_output(self, module, out, mesh, inputs=None):  # out: reduced already, laid out as output_layouts
         place = self.output_layouts[0]
         place = place.normalized(out.ndim) if isinstance(place, Shard) else place
-        dt = DTensor.from_local(out, mesh, [place])
+        x = inputs[0] if inputs else None  # [.., s, in/t]: its rows are the output's whole rows (uneven too)
+        rows = x.carrier if isinstance(x, Float8Input) else x
+        shape = [*rows.shape[:-1], module.out_features] if isinstance(rows, torch.Tensor) else None
+        dt = DTensor.from_local(out, mesh, [place], shape=shape)
         if module.bias is None:
             return dt.to_local() if self.use_local_output else dt
         return self._add_bias(dt, module.bias, mesh)
@@ -238,7 +238,9 @@ class PrepareFloat8ModuleInput(PrepareModuleInput):
         with debug.module_scope(fqn(module)):
             dt = input_as_dtensor(x, mesh, layout)
             readers = [m for m in module.modules() if getattr(m, "_tp_colwise", False)]
-            if desired == Replicate() and isinstance(dt.placements[0], Shard) and readers and is_async(mesh):
+            if desired == Replicate() and isinstance(dt.placements[0], Shard) and readers and \
+                    ring_ok(dt, [m for m in readers if not isinstance(m, Float8Linear)], mesh):
                 ring = ring_input(dt, mesh, readers, fqn(module))  # async TP: float8 chunks on the ring
                 return Float8RingInput(ring.shard, mesh, ring.dim, ring.sizes, readers, ring.owner)
-            return to_float8_input(dt, layout, desired, mesh)  # a Float8Input, whatever use_local_output says
+            power_of_2 = any(m.float8_spec.power_of_2 for m in module.modules() if isinstance(m, Float8Linear))
+            return to_float8_input(dt, layout, desired, mesh, power_of_2)  # a Float8Input, whatever use_local_output

@@ -48,12 +48,14 @@ class Scaled:
 
 
 def amax(x: torch.Tensor, cut=None) -> torch.Tensor:
-    """``max |x|`` of the whole tensor, as float32.
+    """``max |x|`` of the whole tensor: float32 (exact for float32 / bf16 / fp16 values), float64
+    for a float64 tensor (as torchao: its scale is then computed from the unrounded amax).
 
     ``cut = (mesh, dims)``: ``x`` is this rank's piece of a tensor sharded on those mesh dims;
     the pieces' maxima are reduced over them (``Partial("max") -> Replicate``, one all-reduce).
     """
-    local = x.abs().amax().float() if x.numel() else x.new_zeros((), dtype=torch.float32)
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    local = x.abs().amax().to(dtype) if x.numel() else x.new_zeros((), dtype=dtype)
     if cut is None or not cut[1]:
         return local
     mesh, dims = cut
@@ -61,9 +63,11 @@ def amax(x: torch.Tensor, cut=None) -> torch.Tensor:
     return redistribute_local(local, mesh, src, (Replicate(),) * mesh.ndim, local.shape)
 
 
-def to_scale(amax_value: torch.Tensor, fp8: torch.dtype) -> torch.Tensor:
-    """``FP8_MAX / max(amax, eps)``: computed in float64, kept in float32 (torchao's numerics)."""
-    return (torch.finfo(fp8).max / amax_value.double().clamp(min=EPS)).float()
+def to_scale(amax_value: torch.Tensor, fp8: torch.dtype, power_of_2: bool = False) -> torch.Tensor:
+    """``FP8_MAX / max(amax, eps)``: computed in float64, kept in float32 (torchao's numerics);
+    ``power_of_2``: rounded down to a power of two (``round_scales_to_power_of_2``)."""
+    scale = (torch.finfo(fp8).max / amax_value.double().clamp(min=EPS)).float()
+    return torch.exp2(torch.floor(torch.log2(scale))) if power_of_2 else scale
 
 
 def cast(x: torch.Tensor, scale: torch.Tensor, fp8: torch.dtype) -> torch.Tensor:
@@ -72,7 +76,7 @@ def cast(x: torch.Tensor, scale: torch.Tensor, fp8: torch.dtype) -> torch.Tensor
     return (x.float() * scale).clamp(-top, top).to(fp8)
 
 
-def quantize(x: torch.Tensor, fp8: torch.dtype, cut=None) -> Scaled:
+def quantize(x: torch.Tensor, fp8: torch.dtype, cut=None, power_of_2: bool = False) -> Scaled:
     """``x`` in ``fp8`` with its tensorwise scale (global over ``cut``, see :func:`amax`)."""
-    scale = to_scale(amax(x, cut), fp8)
+    scale = to_scale(amax(x, cut), fp8, power_of_2)
     return Scaled(cast(x, scale, fp8), scale)

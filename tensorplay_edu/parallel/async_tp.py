@@ -40,6 +40,7 @@ nothing changes there, as in PyTorch, whose pass only matches those two patterns
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import time
 
@@ -51,9 +52,11 @@ from .. import collectives as C
 from .. import debug, timeline
 from ..placement import chunk_offset, chunk_sizes
 
-__all__ = ["enable_symm_mem_for_group", "enable_async_tp", "is_async", "RingInput", "GatherMatmul",
+__all__ = ["enable_symm_mem_for_group", "enable_async_tp", "is_async", "ring_ok", "ring_ok_rows", "RingInput",
+           "GatherMatmul",
            "MatmulReduceScatter", "ring_gather", "ring_reduce_scatter", "time_gather_matmul"]
 
+logger = logging.getLogger(__name__)
 _GROUPS: set[str] = set()  # what enable_symm_mem_for_group marked (PyTorch keeps such a registry too)
 _MESHES: list = []  # the meshes of the active `with enable_async_tp(mesh):` blocks
 
@@ -82,6 +85,48 @@ def is_async(mesh) -> bool:
     config = sys.modules.get("torch._inductor.config")  # set by torchtitan's line; never imported here
     return bool(config is not None and getattr(config, "_micro_pipeline_tp", False)
                 and mesh.get_group().group_name in _GROUPS)
+
+
+# ---- where a ring is right ---------------------------------------------------------------
+
+def ring_refusal(dim: int, ndim: int, sizes: list[int], readers=()) -> str | None:
+    """Why a ring must not replace this all-gather (or reduce-scatter) on ``dim``, or None.
+
+    The rings pass whole rows of the sequence (or batch): each chunk is multiplied by the
+    weight on its own.  A shard of the last dim is a slice of the features the matmul sums
+    over (no chunk can be multiplied alone); a rank holding no rows has nothing to send
+    (gloo would wait for it); a plain-style Float8Linear multiplies in float8 inside its own
+    forward, which the high-precision ring would bypass."""
+    if dim == ndim - 1:
+        return f"the shard is on the last dim (the features the matmul sums over), not on rows"
+    if min(sizes) == 0:
+        return f"a rank holds no rows ({sizes} over {len(sizes)} ranks)"
+    plain8 = [getattr(m, "_tp_fqn", "?") for m in readers if hasattr(m, "float8_spec")]
+    if plain8:
+        return f"{plain8} are Float8Linears under the high-precision styles"
+    return None
+
+
+def ring_ok(x, readers, mesh) -> bool:
+    """Async TP on, and a ring right for this sharded input (a DTensor) and its readers? A
+    refused ring is logged (logger ``tensorplay_edu.parallel.async_tp``) and the caller gathers."""
+    if not is_async(mesh):
+        return False
+    dim = x.placements[0].dim
+    reason = ring_refusal(dim, x.ndim, chunk_sizes(x.shape[dim], mesh.size()), readers)
+    if reason:
+        logger.info("async TP: %s runs the synchronous all-gather: %s", debug.current_module() or "a module", reason)
+    return reason is None
+
+
+def ring_ok_rows(dim: int, shape, mesh, owner: str) -> bool:
+    """The same for a matmul -> reduce-scatter of an output of ``shape`` onto ``dim``."""
+    if not is_async(mesh):
+        return False
+    reason = ring_refusal(dim, len(shape), chunk_sizes(shape[dim], mesh.size()))
+    if reason:
+        logger.info("async TP: %s runs the synchronous reduce-scatter: %s", owner or "a module", reason)
+    return reason is None
 
 
 # ---- the two rings ----------------------------------------------------------------------
@@ -264,8 +309,8 @@ class RingInput:
 @torch.no_grad()
 def time_gather_matmul(shard: torch.Tensor, weights: list[torch.Tensor], mesh, dim: int = 1, repeats: int = 5) -> dict:
     """This rank's seconds for one all-gather -> matmuls ring: fused, its transfers alone and its
-    matmuls alone (medians of ``repeats`` after a warm-up; noisy on a busy machine: use many), and
-    ``timeline.overlap`` of the three."""
+    matmuls alone (medians of ``repeats`` after a warm-up; noisy on a busy machine: use many), the
+    ring's ideal and ``timeline.overlap``: how much of the overlap the ring could reach it reached."""
     t = mesh.size()
     sizes = [shard.shape[dim]] * t  # even chunks
     outs = [shard.new_empty(list(shard.shape[:-1]) + [w.shape[0]]) for w in weights]
@@ -290,4 +335,5 @@ def time_gather_matmul(shard: torch.Tensor, weights: list[torch.Tensor], mesh, d
 
     fused, comm = median(lambda: run(matmuls)), median(lambda: run())
     comp = median(lambda: run(matmuls, transfer=False))
-    return {"fused": fused, "comm": comm, "comp": comp, "overlap": timeline.overlap(fused, comm, comp)}
+    return {"fused": fused, "comm": comm, "comp": comp, "ideal": timeline.ring_ideal(comm, comp, t),
+            "overlap": timeline.overlap(fused, comm, comp, t)}

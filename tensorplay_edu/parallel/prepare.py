@@ -18,7 +18,7 @@ from ..debug import module_scope
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Placement, Replicate, Shard
-from .async_tp import is_async
+from .async_tp import is_async, ring_ok
 from .rng import follow_layout
 from .style import ParallelStyle, claim, fqn, ring_input, to_layout
 
@@ -40,7 +40,7 @@ def _convert(x, layout, desired, mesh, use_local, module):
             x = DTensor.from_local(x, mesh, [layout])
         if desired == Replicate() and isinstance(x.placements[0], Shard) and is_async(mesh):
             readers = [m for m in module.modules() if getattr(m, "_tp_colwise", False)]
-            if readers:  # async TP: the all-gather runs as a ring fused with the readers' matmuls
+            if readers and ring_ok(x, readers, mesh):  # async TP: the all-gather as a ring fused with the matmuls
                 return ring_input(x, mesh, readers, fqn(module))
         if desired is not None:
             x = to_layout(x, desired)

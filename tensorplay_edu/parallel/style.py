@@ -13,10 +13,18 @@ Rowwise Linear, output Replicate       all-reduce (g)      nothing
 Colwise, input Shard(s) (seq. par.)    all-gather          reduce-scatter
 Rowwise, output Shard(s) (seq. par.)   reduce-scatter      all-gather
 =====================================  ==================  ================================
+
+A ``Float8Linear`` under these (high-precision) styles computes what torchao computes under
+PyTorch's plain styles, rather than an error: the amax of every tensor the style cuts (the
+weight shard; a Rowwise input; a Colwise output gradient) is taken over the TP group, the
+row-split matmul runs in float8 too, and every collective moves high precision.  Only the
+float8 styles (:mod:`tensorplay_edu.float8.float8_tensor_parallel`) move activations in float8.
+torchtitan's rowwise float8 recipes put Float8Linears under these styles, so that must work.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import types
 
@@ -28,7 +36,8 @@ from ..debug import module_scope
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Partial, Placement, Replicate, Shard, chunk_offset, chunk_sizes
-from .async_tp import MatmulReduceScatter, RingInput, is_async
+from .async_tp import MatmulReduceScatter, RingInput, is_async, ring_ok, ring_ok_rows
+from .async_tp import logger as async_logger
 from .grad_sync import partial_gradient
 from .init import install_reset_parameters
 from .params import attach_own_layouts, buffers_to_mesh, distribute_param
@@ -113,6 +122,12 @@ def _shape_with(local: torch.Tensor, dim: int, size: int) -> list[int]:
 class _LinearOrEmbedding(ParallelStyle):
     def __init__(self, *, input_layouts: Placement | None = None, output_layouts: Placement | None = None,
                  use_local_output: bool = True):
+        for arg, value in (("input_layouts", input_layouts), ("output_layouts", output_layouts)):
+            if value is not None and not isinstance(value, Placement):  # caught here, not at the first forward
+                kind = f"a {type(value).__name__} of {len(value)}" if isinstance(value, (tuple, list)) else \
+                    f"{value!r}, a {type(value).__name__}"
+                raise TypeError(f"{type(self).__name__}({arg}=...) takes one Placement (the layout on the 1-D TP "
+                                f"mesh), got {kind}: e.g. {arg}=Shard(-1) or {arg}=Replicate()")
         self.input_layouts = (input_layouts or self.default_input,)
         self.output_layouts = (output_layouts or self.default_output,)
         self.use_local_output = use_local_output
@@ -136,13 +151,21 @@ class _LinearOrEmbedding(ParallelStyle):
         install_reset_parameters(module)  # reset_parameters() draws the whole weight, keeps this rank's piece
         buffers_to_mesh(module, device_mesh)
         module.register_forward_pre_hook(lambda mod, inputs: self._prepare_input(mod, inputs, device_mesh))
-        module.register_forward_hook(lambda mod, inputs, out: self._output_hook(mod, out, device_mesh))
+        module.register_forward_hook(lambda mod, inputs, out: self._output_hook(mod, inputs, out, device_mesh))
         return module
 
-    def _output_hook(self, module, out, mesh):
-        out = self._prepare_output(module, out, mesh)
+    def _output_hook(self, module, inputs, out, mesh):
+        out = self._prepare_output(module, out, mesh, inputs)
         follow_layout(isinstance(self.output_layouts[0], Shard), module, mesh, out)  # dropout masks after it
         return out
+
+    def _input_shape(self, module, x, mesh):
+        """A plain input sharded on a Linear's features: its global shape is known (uneven pieces too)."""
+        if isinstance(module, nn.Linear) and isinstance(x, torch.Tensor) and self.input_layouts[0].is_shard():
+            dim = self.input_layouts[0].dim % x.ndim
+            if dim == x.ndim - 1:
+                return _shape_with(x, -1, module.in_features)
+        return None
 
     def _finish(self, dt: DTensor, module: nn.Module):
         """Output DTensor -> the declared output layout -> local tensor if asked."""
@@ -171,14 +194,17 @@ class ColwiseParallel(_LinearOrEmbedding):
         if isinstance(module, nn.Linear):  # a reader of a (maybe ring-gathered, see async_tp.py) input
             module._tp_colwise = True
             module.forward = types.MethodType(_colwise_linear, module)
+        if hasattr(module, "float8_spec"):  # a Float8Linear: its weight rows and output columns are cut, so their
+            cut = (mesh, (0,))  # amaxes are taken over the TP group (communication stays in high precision)
+            module.float8_spec = dataclasses.replace(module.float8_spec, weight_cut=cut, grad_cut=cut)
 
     def _prepare_input(self, module, inputs, mesh):
         attach_own_layouts(module)  # no-op unless the parameters were replaced (to_empty, assign=True)
         if isinstance(inputs[0], RingInput):  # its all-gather runs fused with its readers' matmuls
             return inputs
         with module_scope(fqn(module)):
-            x = input_as_dtensor(inputs[0], mesh, self.input_layouts[0])
-            if isinstance(module, nn.Linear) and isinstance(x.placements[0], Shard) and is_async(mesh):
+            x = input_as_dtensor(inputs[0], mesh, self.input_layouts[0], self._input_shape(module, inputs[0], mesh))
+            if isinstance(module, nn.Linear) and isinstance(x.placements[0], Shard) and ring_ok(x, [module], mesh):
                 return (ring_input(x, mesh, [module], fqn(module)),)  # async TP: gather fused with the matmul
             x = to_layout(x, Replicate())  # [.., in]
         # x @ W_local^T: each rank's input gradient is an addend (Partial), so reading x is Megatron's f.
@@ -187,7 +213,7 @@ class ColwiseParallel(_LinearOrEmbedding):
         grad = [Partial()] if isinstance(module, nn.Linear) else None
         return (x.to_local(grad_placements=grad),)
 
-    def _prepare_output(self, module, out, mesh):  # out: [.., out/t]
+    def _prepare_output(self, module, out, mesh, inputs=None):  # out: [.., out/t]
         features = module.out_features if isinstance(module, nn.Linear) else module.embedding_dim
         dt = DTensor.from_local(out, mesh, [Shard(-1)], shape=_shape_with(out, -1, features))
         return self._finish(dt, module)
@@ -216,6 +242,9 @@ class RowwiseParallel(_LinearOrEmbedding):
             if module.bias is not None and self.output_layouts[0] != Replicate():  # each rank sums the bias grad
                 partial_gradient(module.bias, mesh, f"{fqn(module)}.bias")           # over its own rows
             module.forward = functools.partial(_partial_linear, module, mesh, self.output_layouts[0])
+            if hasattr(module, "float8_spec"):  # a Float8Linear: input columns and weight columns are cut, so their
+                cut = (mesh, (0,))  # amaxes are taken over the TP group; the partial sum is reduced in high precision
+                module.float8_spec = dataclasses.replace(module.float8_spec, input_cut=cut, weight_cut=cut)
         else:
             module.forward = types.MethodType(_vocab_parallel_embedding, module)
 
@@ -231,14 +260,7 @@ class RowwiseParallel(_LinearOrEmbedding):
                           self.desired_input_layout(module))
         return (x.to_local(),)
 
-    def _input_shape(self, module, x, mesh):
-        if isinstance(module, nn.Linear) and isinstance(x, torch.Tensor) and self.input_layouts[0].is_shard():
-            dim = self.input_layouts[0].dim % x.ndim
-            if dim == x.ndim - 1:  # the feature dim: its global size is known
-                return _shape_with(x, -1, module.in_features)
-        return None
-
-    def _prepare_output(self, module, out, mesh):  # out: [.., out], this rank's addend (or reduced: async TP)
+    def _prepare_output(self, module, out, mesh, inputs=None):  # out: [.., out], this rank's addend (or reduced: async)
         dt = out if isinstance(out, DTensor) else DTensor.from_local(out, mesh, [Partial()])
         bias = getattr(module, "bias", None) if isinstance(module, nn.Linear) else None
         if bias is None:
@@ -265,12 +287,18 @@ def _partial_linear(self: nn.Linear, mesh: DeviceMesh, output: Placement, x: tor
     """Rowwise Linear forward: ``x_local @ W_local^T``, a partial sum; the bias comes later.
 
     Under async TP with a sharded output the matmul and its reduce-scatter run as one ring
-    (async_tp.py) and come back reduced, as a DTensor."""
-    if isinstance(output, Shard) and is_async(mesh):
+    (async_tp.py) and come back reduced, as a DTensor.  A Float8Linear runs its float8 matmul
+    (the reduction that follows stays in high precision, and synchronous)."""
+    if hasattr(self, "float8_spec"):
+        if isinstance(output, Shard) and is_async(mesh):
+            async_logger.info("async TP: %s runs the synchronous reduce-scatter: a Float8Linear under the "
+                              "high-precision RowwiseParallel (its float8 matmul runs in its own forward)", fqn(self))
+        return self.partial_forward(x)
+    if isinstance(output, Shard) and ring_ok_rows(output.normalized(x.ndim).dim, x.shape, mesh, fqn(self)):
         dim = output.normalized(x.ndim).dim
         with module_scope(fqn(self)):
             local = MatmulReduceScatter.apply(x, self.weight, mesh, dim)  # [.., s/t, out]
-        return DTensor.from_local(local, mesh, [Shard(dim)])
+        return DTensor.from_local(local, mesh, [Shard(dim)], shape=[*x.shape[:-1], self.weight.shape[0]])
     return F.linear(x, self.weight)  # [.., in/t] @ [out, in/t]^T -> [.., out]
 
 
