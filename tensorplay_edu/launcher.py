@@ -47,7 +47,8 @@ How :func:`launch` avoids the known failure modes:
   ``os._exit``, which avoids gloo's abort at interpreter exit (pytorch/pytorch#190489).
 
 Under torchrun, :func:`~tensorplay_edu.torchrun.run_from_env` runs the same worker
-function (see :mod:`tensorplay_edu.torchrun`).
+function (see :mod:`tensorplay_edu.torchrun`).  How a failure is named and explained, and how
+hung ranks are told from working ones: :mod:`tensorplay_edu.launch_faults`.
 """
 
 from __future__ import annotations
@@ -74,19 +75,12 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
+from .launch_faults import _GRACE, _IDLE_EXTRA, RankError, _IdleWatch, _kind, _rank_error, _read
 from .torchrun import current_device, finish, init_from_env, run_from_env  # noqa: F401  (re-exported)
 
 __all__ = ["launch", "RankError", "run_from_env", "init_from_env", "current_device"]
 
 _LOCK = threading.Lock()
-
-
-class RankError(RuntimeError):
-    """A rank failed; ``rank`` is which, ``remote_traceback`` its traceback (if it had one)."""
-
-    def __init__(self, message: str, rank: int, remote_traceback: str = ""):
-        super().__init__(message)
-        self.rank, self.remote_traceback = rank, remote_traceback
 
 
 def _context(start_method: str):
@@ -300,22 +294,6 @@ def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float
         shutil.rmtree(logdir, ignore_errors=True)
 
 
-_GRACE = 2.0  # seconds to wait for the root cause once a rank says that its peer vanished
-_KINDS = {  # gloo's words (in a traceback or a dead rank's log), checked in this order -> what the rank did
-    "size": (("size doesn't match",), "received a wrong size in a collective (a collective mismatch)"),
-    "peer": (("closed by peer", "connection reset", "broken pipe", "socket closed"), "lost its peer in a collective"),
-    "timeout": (("timed out", "timeout"), "timed out waiting in a collective")}
-_HINT = ("the ranks probably issued different collectives, e.g. rank 0 all_reduce while rank 1 all_gather, one rank "
-         "skipped one or issued an extra one, or they passed different sizes")
-_FROM_LOCAL = (". A frequent cause: DTensor.from_local of uneven pieces without shape= (each rank infers an even "
-               "global shape from its own piece): pass shape= to DTensor.from_local, or run_check=True")
-
-
-def _kind(text: str):
-    """Which of ``_KINDS`` gloo's words in ``text`` say, or None."""
-    return next((k for k, (signs, _) in _KINDS.items() if any(s in text.lower() for s in signs)), None)
-
-
 def _collect(procs, conns, timeout: float, logs) -> list:
     """Read every rank's result as it arrives; fail fast on the first error or death.
 
@@ -358,65 +336,6 @@ def _collect(procs, conns, timeout: float, logs) -> list:
     if failed:
         raise _rank_error(failed, procs, results)
     return [results[r] for r in range(len(procs))]
-
-
-_IDLE_EXTRA = 3.0  # a stuck collective fails in its rank after `timeout`: let that error come first
-
-
-class _IdleWatch:
-    """Have all the given ranks used (almost) no CPU for ``window`` seconds?  Read from
-    ``/proc/<pid>/stat`` (user + system time); where there is no ``/proc``, never."""
-
-    def __init__(self, procs, window: float):
-        self.procs, self.window, self.seen = procs, window, {}  # rank -> [(time, cpu seconds)]
-        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-    def _cpu(self, pid: int) -> float | None:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / self.tick  # utime + stime
-        except (OSError, IndexError, ValueError):
-            return None
-
-    def all_idle(self, ranks) -> bool:
-        now, idle = time.monotonic(), True
-        for r in ranks:
-            cpu = self._cpu(self.procs[r].pid)
-            if cpu is None:
-                return False
-            history = self.seen.setdefault(r, [])
-            history.append((now, cpu))
-            while len(history) > 1 and history[1][0] <= now - self.window:
-                history.pop(0)  # keep one sample at least `window` old
-            start, cpu0 = history[0]
-            idle = idle and now - start >= self.window and cpu - cpu0 < 0.05
-        return idle
-
-
-def _rank_error(failed, procs, results) -> RankError:
-    """The error of the rank that failed first (not of one that only lost its peer), with a hint."""
-    r, tb, kind = next((f for f in failed if f[2] != "peer"), failed[0])
-    n = len(procs)
-    message = f"rank {r} of {n} raised:\n{tb}" if tb else (
-        f"rank {r} of {n} exited with code {procs[r].exitcode} before returning (no Python traceback: "
-        "os._exit, a signal or a crash; its output is above)")
-    if kind:
-        message += f"\n(rank {r} {_KINDS[kind][1]}: {_HINT}{_FROM_LOCAL if kind == 'size' else ''}.)"
-    lost = [q for q, _, k in failed if k == "peer" and q != r]
-    done = [q for q in results if procs[q].exitcode is not None]  # in the order their results came
-    if kind != "peer" and lost:
-        message += f"\n(rank {r} failed first; then rank(s) {lost} lost their connection to it: a consequence.)"
-    elif kind == "peer" and done:
-        message += f"\n(rank {done[0]} had returned its result and ended first.)"
-    return RankError(message, r, tb)
-
-
-def _read(path: str) -> str:
-    """A rank's log, or "" if it never wrote one."""
-    with contextlib.suppress(FileNotFoundError), open(path, errors="replace") as f:
-        return f.read()
-    return ""
 
 
 def _print_logs(logs) -> None:

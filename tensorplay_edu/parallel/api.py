@@ -170,7 +170,8 @@ def _retie(groups) -> None:
             if repr(_layout_of(other)) != repr(_layout_of(param)):
                 raise ValueError(_tie_error({first_path: _layout_of(param), path: _layout_of(other)}))
             owner._parameters[name] = param
-            owner._tp_layouts[name] = first_owner._tp_layouts[first_name]  # one layout object for one parameter
+            if first_name in getattr(first_owner, "_tp_layouts", {}):  # one layout object for one parameter
+                owner._tp_layouts[name] = first_owner._tp_layouts[first_name]
 
 
 def _layout_of(param):

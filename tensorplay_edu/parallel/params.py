@@ -26,8 +26,8 @@ from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Placement, Replicate, Shard, chunk_offset
 
-__all__ = ["ParamLayout", "param_layout", "is_split", "tp_offsets", "where", "attach_layouts", "buffers_to_mesh", "as_dtensor", "distribute_param", "full_state_dict",
-           "load_full_state_dict"]
+__all__ = ["ParamLayout", "param_layout", "is_split", "tp_offsets", "where", "attach_layouts", "buffers_to_mesh",
+           "as_dtensor", "distribute_param", "full_state_dict", "load_full_state_dict"]
 
 
 @dataclass(frozen=True)
