@@ -24,8 +24,11 @@ def _gone(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone too
-        return f.read().split(")")[-1].split()[0] == "Z"
+    try:  # the process may end between the two calls: reading its stat then fails
+        with open(f"/proc/{pid}/stat") as f:  # a zombie is gone too
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _pids(path):
