@@ -217,10 +217,10 @@ def test_timeline_lanes_bars_and_labels():
 
 
 def test_viz_modules_import_in_any_order():
-    # A rank unpickles tensorplay_edu.viz_runs.trace_flow before anything imported viz: no import cycle.
+    # A rank unpickles tensorplay_edu.viz.runs.trace_flow before anything imported viz: no import cycle.
     import subprocess
     import sys
-    for first in ("tensorplay_edu.viz_runs", "tensorplay_edu.viz_style", "tensorplay_edu.viz"):
+    for first in ("tensorplay_edu.viz.runs", "tensorplay_edu.viz.style", "tensorplay_edu.viz.ring", "tensorplay_edu.viz"):
         code = f"import {first}; import tensorplay_edu.viz as v; assert v.draw_comm_chart and v.RANK_COLORS"
         subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -326,7 +326,7 @@ def test_readme_pictures_are_drawn_from_the_code(tmp_path):
 
 
 def test_draw_checkpoint_reads_who_wrote_what_and_who_reads_what():
-    from tensorplay_edu.viz_checkpoint import draw_checkpoint, reads, wanted_chunks
+    from tensorplay_edu.viz import draw_checkpoint, reads, wanted_chunks
 
     saved = wanted_chunks([10, 4], 0, 4)  # TP 4 wrote rows 0-2, 3-5, 6-8, 9
     loaded = wanted_chunks([10, 4], 0, 2)  # TP 2 reads rows 0-4, 5-9

@@ -8,8 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.colors as mcolors  # noqa: E402
 import pytest  # noqa: E402
 
-from tensorplay_edu.viz_ring import draw_ring, ring_steps  # noqa: E402
-from tensorplay_edu.viz_style import RANK_COLORS  # noqa: E402
+from tensorplay_edu.viz import RANK_COLORS, draw_ring, ring_steps  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

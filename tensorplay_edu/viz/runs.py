@@ -12,9 +12,9 @@ import torch
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.transforms import blended_transform_factory
 
-from .debug import CommDebugMode
-from .dtensor import DTensor
-from .viz_style import COMM_COLOR, FLOAT8_STYLE, LANE_COLORS, PHASE_COLORS, RANK_COLORS, comm_label, float8_tag
+from ..debug import CommDebugMode
+from ..dtensor import DTensor
+from .style import COMM_COLOR, FLOAT8_STYLE, LANE_COLORS, PHASE_COLORS, RANK_COLORS, comm_label, float8_tag
 
 __all__ = ["trace_flow", "draw_flow", "draw_comm_chart", "draw_timeline", "draw_memory"]
 

@@ -1,16 +1,6 @@
-"""Pictures of layouts: what each rank holds and what a collective moves (this file); what a
-run did: the flow through a parallelized model, what CommDebugMode counted, the timeline,
-memory (:mod:`tensorplay_edu.viz_runs`); one transformer block as the plans cut it
-(:mod:`tensorplay_edu.viz_block`); a collective's ring schedule (:mod:`tensorplay_edu.viz_ring`).
-All are reachable here under the same names.
-Matplotlib only; every function returns the Figure (tests read its patches and texts).
-
-Colours: rank r is ``RANK_COLORS[r]``; a block held whole by several ranks (Replicate)
-is grey and names its ranks; a Partial block is hatched and says "pending sum".  A float8
-piece (a ``float8_e4m3fn`` / ``float8_e5m2`` tensor or collective, 1 byte per element) is
-drawn in a gold box with a dashed edge and tagged ``e4m3`` / ``e5m2``: :data:`FLOAT8_STYLE`.
-In a timeline, compute is dark teal and transfers pale teal (:data:`LANE_COLORS`, not rank colours).
-"""
+"""Pictures of layouts: what each rank holds (:func:`draw_layout`), what a transition moves
+forward and backward (:func:`draw_transition`), and what a collective does (:func:`draw_collective`).
+Colours and labels come from :mod:`.style`."""
 
 from __future__ import annotations
 
@@ -19,18 +9,12 @@ import itertools
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from .placement import Partial, Replicate, Shard, chunk_offset, chunk_sizes, normalize
-from .transition import TABLE
-# the palette and labels are part of viz's interface; the pictures of runs are reachable here too
-from .viz_block import block_steps, draw_block  # noqa: F401
-from .viz_ring import draw_ring, ring_steps  # noqa: F401
-from .viz_runs import draw_comm_chart, draw_flow, draw_memory, draw_timeline, trace_flow  # noqa: F401
-from .viz_style import (  # noqa: F401
-    COMM_COLOR, FLOAT8_COLOR, FLOAT8_STYLE, LANE_COLORS, PARTIAL_HATCH, PHASE_COLORS, RANK_COLORS, SHARED_COLOR, comm_label, float8_tag)
+from ..placement import Partial, Replicate, Shard, chunk_offset, chunk_sizes, normalize
+from ..transition import TABLE
+from .style import COMM_COLOR, PARTIAL_HATCH, RANK_COLORS, SHARED_COLOR
 
-__all__ = ["COMM_COLOR", "RANK_COLORS", "SHARED_COLOR", "FLOAT8_COLOR", "FLOAT8_STYLE", "float8_tag", "comm_label", "pieces",
-           "draw_layout", "draw_transition", "draw_collective", "trace_flow", "draw_flow", "draw_comm_chart",
-           "LANE_COLORS", "PHASE_COLORS", "draw_timeline", "draw_memory", "block_steps", "draw_block", "ring_steps", "draw_ring"]
+__all__ = ["pieces", "draw_layout", "draw_transition", "draw_collective"]
+
 
 def _kind(p) -> str:
     return type(p).__name__

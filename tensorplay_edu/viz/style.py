@@ -1,4 +1,4 @@
-"""The look shared by every picture in :mod:`tensorplay_edu.viz` and :mod:`tensorplay_edu.viz_runs`:
+"""The look shared by every picture in :mod:`tensorplay_edu.viz`:
 the rank palette (used only for ranks), the grey of a block held by several ranks, the hatching of a
 Partial, the gold of float8 and the two timeline lanes; and the short labels of dtypes and collectives.
 """

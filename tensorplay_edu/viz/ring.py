@@ -24,7 +24,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from .viz_style import RANK_COLORS
+from .style import RANK_COLORS
 
 __all__ = ["ring_steps", "draw_ring"]
 

@@ -13,8 +13,8 @@ import re
 import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
 
-from .placement import chunk_offset, chunk_sizes
-from .viz_style import RANK_COLORS
+from ..placement import chunk_offset, chunk_sizes
+from .style import RANK_COLORS
 
 __all__ = ["saved_chunks", "wanted_chunks", "reads", "draw_checkpoint"]
 

@@ -18,8 +18,8 @@ import math
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-from .placement import chunk_sizes
-from .viz_style import COMM_COLOR, PHASE_COLORS
+from ..placement import chunk_sizes
+from .style import COMM_COLOR, PHASE_COLORS
 
 __all__ = ["block_steps", "draw_block"]
 
