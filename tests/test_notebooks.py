@@ -2,6 +2,7 @@
 what you will learn, closes with a link to the next, has exercises with a checked answer, and needs nothing
 outside the repository."""
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -41,15 +42,37 @@ def test_closes_with_a_link_to_the_next(path):
     assert f"]({target})" in last.split("**Next:**", 1)[1], f"{path.name}: 'Next' should link {target}"
 
 
+def _has_ellipsis(src: str) -> bool:
+    """A literal ``...`` in the code (not in a comment or a string): the learner's blank."""
+    code = "\n".join(line for line in src.splitlines() if not line.lstrip().startswith(("%", "!")))
+    return any(isinstance(n, ast.Constant) and n.value is Ellipsis for n in ast.walk(ast.parse(code)))
+
+
+def _text_outputs(cell) -> str:
+    return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
-def test_has_two_exercises_with_checked_answers(path):
-    cells = _cells(path)
-    tries = [i for i, (kind, src) in enumerate(cells) if kind == "markdown" and src.startswith("### Try it")]
+def test_exercises_ask_before_they_tell(path):
+    """Every '### Try it' is a cell the learner fills (``...`` blanks, ``check()`` says "not tried yet",
+    nothing raises) and then a solution cell, collapsed in JupyterLab, that fills the blanks and asserts
+    ``check()``: so nbval proves each answer while the learner still commits to a prediction first."""
+    raw = json.loads(path.read_text())["cells"]
+    tries = [i for i, c in enumerate(raw) if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("### Try it")]
     assert len(tries) >= 2, f"{path.name}: at least two '### Try it' exercises"
     for i in tries:
-        kind, src = cells[i + 1]
-        assert kind == "code" and re.search(r"\bassert\b", src), f"{path.name}: '{cells[i][1].splitlines()[0]}' " \
-            "is followed by a code cell that checks the answer with assert"
+        title = "".join(raw[i]["source"]).splitlines()[0]
+        ask, answer = raw[i + 1], raw[i + 2] if i + 2 < len(raw) else {"cell_type": None}
+        ask_src, answer_src = "".join(ask["source"]), "".join(answer.get("source", ""))
+        assert ask["cell_type"] == "code" and _has_ellipsis(ask_src) and "check(" in ask_src, \
+            f"{path.name}: '{title}' is followed by a cell with ... blanks and a check() call"
+        assert "assert check(" not in ask_src, f"{path.name}: '{title}': the learner's cell must not raise"
+        assert "not tried yet" in _text_outputs(ask), f"{path.name}: '{title}': run, the blank cell says 'not tried yet'"
+        assert answer["cell_type"] == "code" and answer.get("metadata", {}).get("jupyter", {}).get("source_hidden"), \
+            f"{path.name}: '{title}': then a solution cell, collapsed (metadata jupyter.source_hidden)"
+        assert "assert check(" in answer_src and not _has_ellipsis(answer_src), \
+            f"{path.name}: '{title}': the solution fills every blank and asserts check()"
+        assert ": right" in _text_outputs(answer), f"{path.name}: '{title}': the stored solution run says right"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)

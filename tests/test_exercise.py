@@ -1,0 +1,33 @@
+"""check(): the verdict of a "Try it" cell. Blank answers and wrong ones print, never raise."""
+
+import torch
+
+from tensorplay_edu.exercise import check, untried
+
+
+def test_blanks_anywhere_are_not_tried_yet(capsys):
+    for answer in (..., {"forward": ..., "backward": 1}, [1, ...], (..., 2)):
+        assert untried(answer) and check(answer, {"forward": 1, "backward": 1}) is False
+        assert "not tried yet" in capsys.readouterr().out
+    assert not untried({"a": 1, "b": [2, 3]})
+
+
+def test_right_answers_say_right(capsys):
+    assert check({"all_gather": 1}, {"all_gather": 1}, name="counts")
+    assert check(0.1 + 0.2, 0.3) and check(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0 + 1e-9]))
+    assert check([1, (2, 3)], [1, (2, 3)]) and check(True, True)
+    assert capsys.readouterr().out.splitlines()[0] == "counts: right"
+
+
+def test_wrong_answers_say_where_and_do_not_raise(capsys):
+    cases = [({"all_gather": 1}, {"all_gather": 2}, "'all_gather': 1, expected 2"),
+             ({"all_gather": 1}, {"all_reduce": 1}, "'all_gather' is not expected"),
+             (torch.zeros(2, 3), torch.zeros(3, 2), "shape [2, 3], expected [3, 2]"),
+             (torch.tensor([[0.0, 1.0]]), torch.tensor([[0.0, 2.0]]), "at [0, 1]: 1, expected 2"),
+             ([1, 2], [1, 2, 3], "expected 3 items"),
+             (True, False, "True, expected False"),
+             ("a string", torch.zeros(2), "cannot compare str with Tensor")]
+    for answer, expected, why in cases:
+        assert check(answer, expected, hint="go through the table") is False
+        out = capsys.readouterr().out
+        assert "not yet: " in out and why in out and "hint: go through the table" in out, out
