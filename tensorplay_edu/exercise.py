@@ -12,7 +12,8 @@ open it). It fills the answer and asserts ``check(...)``, so the notebook run in
 answer right.
 
 :func:`check` never raises on an answer you have not written yet or a wrong one: it prints
-what it found and returns ``True`` only when the answer is right.
+what it found and returns ``True`` when the answer is right, ``None`` otherwise (so a cell that ends
+in ``check(...)`` shows the printed verdict and nothing more).
 """
 
 from __future__ import annotations
@@ -72,8 +73,8 @@ def _differs(answer, expected, rtol: float, atol: float, where: str) -> str | No
 
 
 def check(answer, expected, *, name: str = "your answer", rtol: float = 1e-6, atol: float = 0.0,
-          hint: str | None = None) -> bool:
-    """Compare a learner's ``answer`` with ``expected``, print the verdict, return whether it is right.
+          hint: str | None = None) -> bool | None:
+    """Compare a learner's ``answer`` with ``expected``, print the verdict; ``True`` when right, else ``None``.
 
     ``...`` anywhere in ``answer`` prints "not tried yet". Numbers compare with ``rtol`` / ``atol``
     (floats and tensors), dicts key by key, lists item by item; the first difference is printed
@@ -81,7 +82,7 @@ def check(answer, expected, *, name: str = "your answer", rtol: float = 1e-6, at
     """
     if untried(answer):
         print(f"{name}: not tried yet (replace each ... with your prediction, then run this cell again)")
-        return False
+        return None
     try:
         why = _differs(answer, expected, rtol, atol, "")
     except Exception as e:  # an answer of a type we cannot compare is a wrong answer, not a crash
@@ -90,4 +91,4 @@ def check(answer, expected, *, name: str = "your answer", rtol: float = 1e-6, at
         print(f"{name}: right")
         return True
     print(f"{name}: not yet: {why}" + (f"\n  hint: {hint}" if hint else ""))
-    return False
+    return None

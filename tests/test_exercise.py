@@ -7,7 +7,7 @@ from tensorplay_edu.exercise import check, untried
 
 def test_blanks_anywhere_are_not_tried_yet(capsys):
     for answer in (..., {"forward": ..., "backward": 1}, [1, ...], (..., 2)):
-        assert untried(answer) and check(answer, {"forward": 1, "backward": 1}) is False
+        assert untried(answer) and check(answer, {"forward": 1, "backward": 1}) is None
         assert "not tried yet" in capsys.readouterr().out
     assert not untried({"a": 1, "b": [2, 3]})
 
@@ -28,6 +28,6 @@ def test_wrong_answers_say_where_and_do_not_raise(capsys):
              (True, False, "True, expected False"),
              ("a string", torch.zeros(2), "cannot compare str with Tensor")]
     for answer, expected, why in cases:
-        assert check(answer, expected, hint="go through the table") is False
+        assert check(answer, expected, hint="go through the table") is None
         out = capsys.readouterr().out
         assert "not yet: " in out and why in out and "hint: go through the table" in out, out

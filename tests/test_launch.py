@@ -206,7 +206,7 @@ def _press_ctrl_c(script, case):
     pidfile = script.parent / case.replace(" ", "_").replace(",", "")
     proc = subprocess.Popen([sys.executable, str(script), str(pidfile), case], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    watchdog = threading.Timer(90, os.killpg, (proc.pid, signal.SIGKILL))  # never hang, whatever the script does
+    watchdog = threading.Timer(300, os.killpg, (proc.pid, signal.SIGKILL))  # never hang, whatever the script does
     watchdog.start()
     try:
         assert proc.stdout.readline() == "launching\n"
@@ -217,7 +217,7 @@ def _press_ctrl_c(script, case):
             time.sleep(0.5)  # the forkserver is still importing torch, for seconds: no rank has started yet
         # a terminal's Ctrl-C signals the whole foreground group; a notebook's interrupt only the kernel
         (os.kill if case == "kernel only, first launch" else os.killpg)(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=240)  # a loaded machine: the forkserver may import torch for a minute
     finally:
         watchdog.cancel()
         if proc.poll() is None:

@@ -85,6 +85,23 @@ def test_two_d_mesh_names_its_axes_and_three_d_tensors_pick_two_dims():
     assert fig.axes[0].get_ylabel() == "dim 1 (12)" and fig.axes[0].get_xlabel() == "dim 2 (5)"
 
 
+def test_frames_follow_the_tensors_aspect_ratio():
+    """A [2, 8] tensor is drawn wide and an [8, 2] one tall, global frame and local frames alike; a very flat one
+    stays readable (clamped)."""
+    from tensorplay_edu.viz.layouts import ASPECT_LIMITS
+
+    def ratio(ax):  # height / width as drawn
+        ax.figure.canvas.draw()
+        box = ax.get_window_extent()
+        return box.height / box.width
+
+    wide, tall = draw_layout((2, 8), [Shard(1)], (2,)), draw_layout((8, 2), [Shard(0)], (2,))
+    assert all(ratio(ax) < 0.6 for ax in wide.axes) and all(ratio(ax) > 1.6 for ax in tall.axes)
+    assert 0.95 < ratio(draw_layout((6, 6), [Replicate()], (2,)).axes[0]) < 1.05
+    assert ratio(draw_layout((1, 1000), [Shard(1)], (2,)).axes[0]) == pytest.approx(ASPECT_LIMITS[0], rel=0.02)
+    assert ratio(draw_transition((2, 8), Shard(1), Replicate(), 2).axes[0]) < 0.6
+
+
 @pytest.mark.parametrize("op,forward", [("all_gather", "all_gather"), ("reduce_scatter", "reduce_scatter"),
                                         ("all_reduce", "all_reduce"), ("all_to_all", "all_to_all")])
 def test_collective_pictures(op, forward):
@@ -105,6 +122,8 @@ def test_flow_and_comm_chart():
     fig = draw_flow([("tok_embeddings", "tensor [2, 8]", "tensor [2, 4, 16]", "reduce_scatter"),
                      ("norm", "tensor [2, 4, 16]", "DTensor S(1) [2, 8, 16]", "")])
     assert {"tok_embeddings", "norm", "reduce_scatter", "DTensor S(1) [2, 8, 16]"} <= set(_texts(fig.axes[0]))
+    arrows = [p for p in fig.axes[0].patches if isinstance(p, matplotlib.patches.FancyArrowPatch)]
+    assert [a.get_gid() for a in arrows] == ["flow 0->1"]  # one arrow between two consecutive steps, none after
     recs = [CommRecord("all_gather", "forward", (8, 4), "float32", 4, 96, "attention"),
             CommRecord("reduce_scatter", "backward", (8, 4), "float32", 4, 96, "attention"),
             CommRecord("all_gather", "forward", (8, 4), "float32", 4, 96, "attention")]
@@ -207,13 +226,45 @@ def test_timeline_lanes_bars_and_labels():
     assert lanes["rank 0 compute"] > lanes["rank 0 transfer"] > lanes["rank 1 compute"] > lanes["rank 1 transfer"]
     assert [b.get_y() + 0.4 for b in bars[:3]] == [lanes["rank 0 compute"], lanes["rank 0 transfer"],
                                                     lanes["rank 0 compute"]]
-    # 0.2 ms has room for "0" only; 0.01 ms for nothing
-    assert _texts(ax) == ["chunk 0", "chunk 1", "chunk 1", "chunk 1", "chunk 0", "0"]
+    # rank 0 ran one ring of t = 2 steps (2 matmuls, 1 transfer): each bar says its step and what it is; rank 1's
+    # bars (3 matmuls) are not whole rings, so no step; 0.2 ms has room for "0" only; 0.01 ms for nothing
+    assert _texts(ax) == ["step 1/2: matmul chunk 0", "step 1/2: send chunk 0, get chunk 1", "step 2/2: matmul chunk 1",
+                          "matmul chunk 1", "send chunk 1, get chunk 0", "0"]
     assert ax.get_xlabel() == "time (ms)" and ax.get_title(loc="left") == "ring"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["compute", "transfer"]
     assert min(t.get_fontsize() for t in ax.texts + ax.get_yticklabels()) >= 8
     with pytest.raises(ValueError, match="kinds must be"):
         draw_timeline([[("wait", "x", 0.0, 1.0)]])
+
+
+def test_timeline_names_rings_and_marks_forward_and_backward():
+    """With the rings named (CommDebugMode's fused records, in the order they ran), each ring gets a numbered
+    bracket over all ranks' bars, a key under the chart per phase, and the forward and the backward a shaded
+    background; a reduce-scatter ring's matmuls are parts of sums and its transfers move sums."""
+    from tensorplay_edu.viz import LANE_COLORS, draw_timeline
+    from tensorplay_edu.viz.runs import _PHASE_SHADE
+
+    def rank(me):  # a gather ring (0-10 ms), then a reduce-scatter ring (15-26 ms), as async_tp labels them
+        return [("transfer", f"chunk {1 - me}", 0.0, 0.006), ("compute", f"chunk {me}", 0.0001, 0.004),
+                ("compute", f"chunk {1 - me}", 0.006, 0.010), ("compute", f"chunk {1 - me}", 0.015, 0.019),
+                ("transfer", f"sum {me}", 0.020, 0.026), ("compute", f"chunk {me}", 0.0201, 0.024)]
+
+    rings = [CommRecord("all_gather_matmul", "forward", (2, 8), "float32", 2, 64, "layers.0.attention"),
+             ("layers.0.attention", "backward", "matmul_reduce_scatter")]  # a record or a plain tuple
+    ax = draw_timeline([rank(0), rank(1)], rings=rings).axes[0]
+    texts = _texts(ax)
+    assert texts[:2] == ["1", "2"]  # the brackets' numbers
+    assert [t.get_text() for t in ax.texts[2:4]] == ["forward:\n 1  layers.0.attention: all-gather \u2192 matmul",
+                                                     "backward:\n 2  layers.0.attention: matmul \u2192 reduce-scatter"]
+    assert {"matmul chunk 0", "part of sum 1", "send sum 1, get sum 0", "send chunk 0, get chunk 1"} <= \
+        {t.split(": ", 1)[-1] for t in texts}
+    brackets = [line for line in ax.lines if len(line.get_xdata()) == 4]
+    assert [(line.get_xdata()[0], line.get_xdata()[-1]) for line in brackets] == [(0.0, 10.0), (15.0, 26.0)]  # ms
+    shades = [p for p in ax.patches if _hex(p) in {c.lower() for c in _PHASE_SHADE.values()}]
+    assert [(_hex(p), round(p.get_x(), 6), round(p.get_width(), 6)) for p in shades] == [
+        (_PHASE_SHADE["forward"].lower(), 0.0, 10.0), (_PHASE_SHADE["backward"].lower(), 15.0, 11.0)]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == list(LANE_COLORS) + ["forward", "backward"]
+    assert not {c.lower() for c in _PHASE_SHADE.values()} & {c.lower() for c in RANK_COLORS + list(LANE_COLORS.values())}
 
 
 def test_viz_modules_import_in_any_order():
@@ -263,6 +314,34 @@ def test_block_diagram_names_f_and_g_and_labels_local_shapes():
     assert any("backward: reduce_scatter (dim 1)" in t for t in texts)
     with pytest.raises(ValueError, match="n_heads=4 .* world_size=3"):
         block_steps(False, 3, n_heads=4)
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_block_diagram_draws_the_residuals_the_reshape_and_its_letters(sp):
+    """Two residual skip arrows (x around attention, h around the feed-forward); the heads reshaped back to
+    [b, s, h/t] before wo; the collectives named with one convention, spelled out under the picture:
+    Megatron's f and g (vanilla), SP's g and g-bar (sequence parallel); the same size for every block."""
+    from tensorplay_edu.viz import block_steps, draw_block
+    steps = block_steps(sp, 2, batch=2, seq=8, dim=16, n_heads=4)
+    names = [s["name"] for s in steps]
+    reshape = steps[names.index("reshape")]
+    assert names[names.index("reshape") + 1] == "wo" and reshape["shape"] == [2, 8, 8]  # [b, s, h/t]
+    assert "[b, s, H/t, hd] \u2192 [b, s, h/t]" in reshape["what"]
+    letters = [s["what"].split(":")[0] for s in steps if s["kind"] == "comm"]
+    assert letters == (["g (SP)", "g\u0304 (SP)"] if sp else ["f", "g"]) * 2
+    fig = draw_block(sp)
+    ax = fig.axes[0]
+    skips = {p.get_gid(): p for p in ax.patches if (p.get_gid() or "").startswith("residual")}
+    assert sorted(skips) == ["residual h", "residual x"]
+    # each skip is labelled halfway along it: x from the block input to "+ x", h from "+ x" to "+ h" (y: n-1 at the top)
+    mid = {t.get_text(): t.get_position()[1] for t in ax.texts if t.get_text().startswith("residual: ")}
+    top, add_x, add_h = len(steps) - 1, len(steps) - 1 - names.index("+ x"), len(steps) - 1 - names.index("+ h")
+    assert mid == pytest.approx({"residual: x": (top + add_x) / 2, "residual: h": (add_x + add_h) / 2})
+    key = [t for t in _texts(ax) if "backward;" in t]
+    assert key == ["g: all-gather forward, reduce-scatter backward; g\u0304: reduce-scatter forward, all-gather backward"
+                   " (they take the place of Megatron's f and g)"] if sp else \
+        key == ["Megatron's f: identity forward, all-reduce backward; g: all-reduce forward, identity backward"]
+    assert tuple(fig.get_size_inches()) == (8.6, 10.3)
 
 
 def _block_shapes(plan: str, n_kv_heads: int):

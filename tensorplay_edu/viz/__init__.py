@@ -5,7 +5,7 @@ patches and texts):
 ``layouts``     what each rank holds, what a transition or a collective moves
 ``runs``        what a run did: the flow through a parallelized model, CommDebugMode's counts,
                 a timeline of compute and transfers, memory bars
-``block``       one transformer block as the plans cut it, f and g marked
+``block``       one transformer block as the plans cut it: f, g (SP: g, ḡ), residual skips
 ``ring``        a collective's ring schedule, step by step
 ``checkpoint``  a DCP checkpoint's saved chunks and what each rank reads back
 ``style``       the palette and labels shared by all of them
@@ -14,7 +14,8 @@ patches and texts):
 Colours: rank r is ``RANK_COLORS[r]``; a block held whole by several ranks (Replicate) is grey and
 names its ranks; a Partial block is hatched and says "pending sum".  A float8 piece (1 byte per
 element) is drawn in a gold box with a dashed edge and tagged ``e4m3`` / ``e5m2`` (``FLOAT8_STYLE``).
-In a timeline, compute is dark teal and transfers pale teal (``LANE_COLORS``, not rank colours).
+In a timeline, compute is dark teal and transfers pale teal (``LANE_COLORS``, not rank colours); a
+layout's frame takes the tensor's proportions (softened, within ``layouts.ASPECT_LIMITS``).
 Every public name is importable from ``tensorplay_edu.viz`` itself.
 """
 

@@ -17,6 +17,7 @@ import math
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+from matplotlib.path import Path
 
 from ..placement import chunk_sizes
 from .style import COMM_COLOR, PHASE_COLORS
@@ -48,14 +49,14 @@ def block_steps(sp: bool = False, world_size: int = 2, rank: int = 0, *, batch: 
 
     def enter(sub):  # the Colwise readers' shared input: f, or SP's g
         if sp:
-            return step("comm", f"{sub} input", "g (SP): all-gather the sequence", "Replicate()", full,
+            return step("comm", f"{sub} input", "g (SP): all-gather / reduce-scatter", "Replicate()", full,
                         "all_gather (dim 1)", "reduce_scatter (dim 1)")
         return step("comm", f"{sub} input", "f: identity / all-reduce", "Replicate()", full,
                     "nothing", "all_reduce")
 
     def leave(sub, fqn):  # the Rowwise output: g, or the reduce-scatter under SP
         if sp:
-            return step("comm", f"{sub} output", "g\u0304 (SP): reduce-scatter the sequence", "Shard(1)", seq_shard,
+            return step("comm", f"{sub} output", "g\u0304 (SP): reduce-scatter / all-gather", "Shard(1)", seq_shard,
                         "reduce_scatter (dim 1)", "all_gather (dim 1)", module=fqn)
         return step("comm", f"{sub} output", "g: all-reduce / identity", "Replicate()", full,
                     "all_reduce", "nothing", module=fqn)
@@ -69,9 +70,11 @@ def block_steps(sp: bool = False, world_size: int = 2, rank: int = 0, *, batch: 
              [batch, seq, n_heads // t * hd], module="attention.wq", also=[batch, seq, kv // t * hd]),
         step("local", "view, RoPE, softmax(qk\u1d40)v", "this rank's heads, no communication", "Shard(2)",
              [batch, seq, n_heads // t, hd]),
+        step("local", "reshape", "[b, s, H/t, hd] \u2192 [b, s, h/t]: heads side by side", "Shard(-1)",
+             [batch, seq, n_heads // t * hd]),
         step("module", "wo", "RowwiseParallel", "Partial()", full),
         leave("attention", "attention"),
-        step("local", "+ x", "residual add", *block_in),
+        step("local", "+ x", "residual add: h = x + attention", *block_in),
         step("module", "ffn_norm", norm_style, *block_in, module="ffn_norm"),
         enter("feed_forward"),
         step("module", "w1, w3", "ColwiseParallel: F/t", "Shard(-1)", [batch, seq, chunk_sizes(hidden, t)[r]],
@@ -80,21 +83,22 @@ def block_steps(sp: bool = False, world_size: int = 2, rank: int = 0, *, batch: 
              [batch, seq, chunk_sizes(hidden, t)[r]]),
         step("module", "w2", "RowwiseParallel", "Partial()", full),
         leave("feed_forward", "feed_forward"),
-        step("local", "+ h", "residual add: the block's output", *block_in),
+        step("local", "+ h", "residual add: h + feed_forward, the output", *block_in),
     ]
 
 
 def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None, **dims):
     """The block of :func:`block_steps`, top to bottom: modules in blue, work without communication
-    in white, collectives in red with their forward and backward; on each arrow the tensor that
-    flows, as ``placement · local [shape]`` on rank ``rank``.  ``dims``: batch, seq, dim, n_heads,
-    n_kv_heads, ffn_hidden (as :func:`block_steps`)."""
+    in white, collectives in red with their forward / backward (Megatron's ``f``, ``g``; under sequence
+    parallelism ``g``, ``g\u0304``); on each arrow the tensor that flows, as ``placement · local [shape]`` on
+    rank ``rank``.  The two residual connections (x + attention, h + feed_forward) are skip arrows on the
+    left.  ``dims``: batch, seq, dim, n_heads, n_kv_heads, ffn_hidden (as :func:`block_steps`)."""
     steps = block_steps(sp, world_size, rank, **dims)
     n = len(steps)
-    fig, ax = plt.subplots(figsize=(8.6, 0.62 * n + 1.0))
+    fig, ax = plt.subplots(figsize=(8.6, 10.3))  # one size for every block (its callers' outputs say so)
     ax.axis("off")
-    ax.set_xlim(0, 10)
-    ax.set_ylim(-0.6, n - 0.2)
+    ax.set_xlim(-0.5, 10)
+    ax.set_ylim(-1.3, n - 0.2)
     for i, st in enumerate(steps):
         y = n - 1 - i
         edge = COMM_COLOR if st["kind"] == "comm" else "black"
@@ -112,6 +116,17 @@ def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None,
         shape = f"{st['shape']} | {st['also']}" if st["also"] else f"{st['shape']}"
         ax.text(4.5, y - 0.5 if i + 1 < n else y - 0.42, f"{st['placement']} \u00b7 local {shape}",
                 ha="left", va="center", fontsize=8, family="monospace")
+    adds = [i for i, st in enumerate(steps) if st["name"].startswith("+ ")]
+    for start, add, name in zip([0] + adds[:-1], adds, ("x", "h")):  # the residual stream skips the sublayer
+        y0, y1 = n - 1 - start - 0.1, n - 1 - add + 0.1
+        path = Path([(0.4, y0), (-0.1, y0), (-0.1, y1), (0.4, y1)], [Path.MOVETO] + [Path.LINETO] * 3)
+        ax.add_patch(FancyArrowPatch(path=path, arrowstyle="->", mutation_scale=12, lw=1.2, color="black",
+                                     gid=f"residual {name}"))
+        ax.text(-0.2, (y0 + y1) / 2, f"residual: {name}", rotation=90, ha="right", va="center", fontsize=8)
+    letters = ("g: all-gather forward, reduce-scatter backward; g\u0304: reduce-scatter forward, all-gather backward"
+               " (they take the place of Megatron's f and g)" if sp else
+               "Megatron's f: identity forward, all-reduce backward; g: all-reduce forward, identity backward")
+    ax.text(-0.4, -1.05, letters, ha="left", va="center", fontsize=8, color=COMM_COLOR)
     t, seq = world_size, dims.get("seq", 8)
     ax.set_title(title or (f"one block, {'full plan (sequence parallel)' if sp else 'vanilla plan (Megatron f and g)'}"
                            f", t = {t}: every shape is rank {rank}'s local shape (s = {seq}"

@@ -55,6 +55,17 @@ def _describe(placements, mesh_dim_names=None) -> str:
 _ON_HATCH = dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85)  # text off the hatching
 
 
+ASPECT_LIMITS = (0.4, 2.5)  # a frame's height / width, at most this flat / this tall
+
+
+def _frame_aspect(ax, n_rows: int, n_cols: int) -> None:
+    """Draw an [n_rows, n_cols] tensor in its own proportions: a [2, 8] tensor wide, an [8, 2] one tall.
+    The ratio is softened (its square root) and clamped to :data:`ASPECT_LIMITS`, so that the labels
+    inside a [1, 1000] or a [10, 6] tensor still fit."""
+    lo, hi = ASPECT_LIMITS
+    ax.set_box_aspect(min(max((max(n_rows, 1) / max(n_cols, 1)) ** 0.5, lo), hi))
+
+
 def _draw_global(ax, shape, placements, mesh_shape, dims, mesh_dim_names=None):
     """The global tensor, blocks coloured by owner; returns nothing, draws on ``ax``.
 
@@ -94,6 +105,7 @@ def _draw_global(ax, shape, placements, mesh_shape, dims, mesh_dim_names=None):
     ax.set_ylim(0, max(n_rows, 1))
     ax.set_xticks([])
     ax.set_yticks([])
+    _frame_aspect(ax, n_rows, n_cols)
     ax.set_xlabel(f"dim {cols_dim} ({n_cols})" if cols_dim is not None else "")
     ax.set_ylabel(f"dim {rows_dim} ({n_rows})")
     ax.set_title(f"global {list(shape)} as {_describe(placements, mesh_dim_names)}", fontsize=9)
@@ -118,6 +130,7 @@ def _draw_local(ax, shape, piece, dims):
     ax.set_xticks([])
     ax.set_yticks([])
     ax.set_frame_on(False)
+    _frame_aspect(ax, n_rows, n_cols)
     coord = "" if len(piece["coord"]) == 1 else f" {piece['coord']}"
     ax.set_title(f"rank {piece['rank']}{coord}\nlocal {local}" + (" addend" if piece["partial"] else ""), fontsize=8)
 
