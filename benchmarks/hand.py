@@ -139,8 +139,9 @@ class GatherVocab(torch.autograd.Function):
 
 
 class VocabParallelCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy of vocab-sharded logits [N, V/t], Megatron's way: one buffer of logit size,
-    three all-reduces of [N] forward, none backward, and the gradient written over the saved softmax."""
+    """Mean cross-entropy of vocab-sharded logits [N, V/t] with Megatron's collectives: three all-reduces of
+    [N] forward, none backward, and the gradient written over the saved softmax, in one fresh buffer of
+    logit size (Megatron works in place on the caller's logits instead)."""
 
     @staticmethod
     def forward(ctx, logits, target, offset, group):

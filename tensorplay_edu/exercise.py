@@ -36,40 +36,51 @@ def untried(answer) -> bool:
     return False
 
 
+def _off(a, e, where: str) -> str:
+    """How a wrong number is off, without giving the right one away."""
+    return f"{where}{a!r} is too {'high' if a > e else 'low'}"
+
+
 def _differs(answer, expected, rtol: float, atol: float, where: str) -> str | None:
-    """Why ``answer`` is not ``expected`` (the first difference, with its place), or None."""
+    """Where ``answer`` differs from ``expected`` (the first place, and how), or None. It never
+    prints the expected value: a wrong guess must not hand the learner the solution."""
     if isinstance(expected, torch.Tensor) or isinstance(answer, torch.Tensor):
         a, e = torch.as_tensor(answer), torch.as_tensor(expected)
         if a.shape != e.shape:
-            return f"{where}shape {list(a.shape)}, expected {list(e.shape)}"
+            return f"{where}shape {list(a.shape)} is not the shape it has"
         if not torch.allclose(a.double(), e.double(), rtol=rtol, atol=atol, equal_nan=True):
             bad = (a.double() - e.double()).abs().argmax()
             i = tuple(int(k) for k in torch.unravel_index(bad, e.shape)) if e.dim() else ()
-            return f"{where}at {list(i)}: {a[i].item():.6g}, expected {e[i].item():.6g}"
+            return _off(a[i].item(), e[i].item(), f"{where}at {list(i)}: ")
         return None
     if isinstance(expected, dict):
         if not isinstance(answer, dict):
-            return f"{where}a {type(answer).__name__}, expected a dict with keys {sorted(map(str, expected))}"
+            return f"{where}a {type(answer).__name__} where a dict is asked for"
         for k in sorted(set(answer) | set(expected), key=str):
             if k not in expected:
-                return f"{where}{k!r} is not expected"
-            if k not in answer:
-                return f"{where}{k!r} is missing"
+                return f"{where}{k!r} should not be there"
+        if missing := len(set(expected) - set(answer)):
+            return f"{where}{missing} key(s) missing"
+        for k in sorted(expected, key=str):
             why = _differs(answer[k], expected[k], rtol, atol, f"{where}{k!r}: ")
             if why:
                 return why
         return None
     if isinstance(expected, (list, tuple)):
         if not isinstance(answer, (list, tuple)) or len(answer) != len(expected):
-            return f"{where}{answer!r}, expected {len(expected)} items: {expected!r}"
+            n = len(answer) if isinstance(answer, (list, tuple)) else "not a list of"
+            return f"{where}{n} items: not the right number"
         for i, (a, e) in enumerate(zip(answer, expected)):
             why = _differs(a, e, rtol, atol, f"{where}[{i}] ")
             if why:
                 return why
         return None
-    if isinstance(expected, float) and isinstance(answer, (int, float)) and not isinstance(answer, bool):
-        return None if math.isclose(answer, expected, rel_tol=rtol, abs_tol=atol) else f"{where}{answer!r}, expected {expected!r}"
-    return None if answer == expected else f"{where}{answer!r}, expected {expected!r}"
+    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (answer, expected))
+    if numbers and isinstance(expected, float):
+        return None if math.isclose(answer, expected, rel_tol=rtol, abs_tol=atol) else _off(answer, expected, where)
+    if answer == expected:
+        return None
+    return _off(answer, expected, where) if numbers else f"{where}{answer!r} is not right"
 
 
 def check(answer, expected, *, name: str = "your answer", rtol: float = 1e-6, atol: float = 0.0,
@@ -78,7 +89,8 @@ def check(answer, expected, *, name: str = "your answer", rtol: float = 1e-6, at
 
     ``...`` anywhere in ``answer`` prints "not tried yet". Numbers compare with ``rtol`` / ``atol``
     (floats and tensors), dicts key by key, lists item by item; the first difference is printed
-    with where it is, and ``hint`` after it. Never raises for a missing or wrong answer.
+    with where it is and how (too high, too low, not right) but never the expected value, then
+    ``hint``. Never raises for a missing or wrong answer.
     """
     if untried(answer):
         print(f"{name}: not tried yet (replace each ... with your prediction, then run this cell again)")

@@ -20,14 +20,18 @@ def test_right_answers_say_right(capsys):
 
 
 def test_wrong_answers_say_where_and_do_not_raise(capsys):
-    cases = [({"all_gather": 1}, {"all_gather": 2}, "'all_gather': 1, expected 2"),
-             ({"all_gather": 1}, {"all_reduce": 1}, "'all_gather' is not expected"),
-             (torch.zeros(2, 3), torch.zeros(3, 2), "shape [2, 3], expected [3, 2]"),
-             (torch.tensor([[0.0, 1.0]]), torch.tensor([[0.0, 2.0]]), "at [0, 1]: 1, expected 2"),
-             ([1, 2], [1, 2, 3], "expected 3 items"),
-             (True, False, "True, expected False"),
+    cases = [({"all_gather": 1}, {"all_gather": 2}, "'all_gather': 1 is too low"),
+             ({"all_gather": 1}, {"all_reduce": 1}, "'all_gather' should not be there"),
+             ({"all_gather": 1}, {"all_gather": 1, "all_reduce": 1}, "1 key(s) missing"),
+             (torch.zeros(2, 3), torch.zeros(3, 2), "shape [2, 3] is not the shape it has"),
+             (torch.tensor([[0.0, 3.0]]), torch.tensor([[0.0, 2.0]]), "at [0, 1]: 3.0 is too high"),
+             ([1, 2], [1, 2, 3], "2 items: not the right number"),
+             (0.25, 0.5, "0.25 is too low"),
+             (True, False, "True is not right"),
              ("a string", torch.zeros(2), "cannot compare str with Tensor")]
     for answer, expected, why in cases:
         assert check(answer, expected, hint="go through the table") is None
         out = capsys.readouterr().out
         assert "not yet: " in out and why in out and "hint: go through the table" in out, out
+        if not isinstance(expected, torch.Tensor):  # the right answer is never printed
+            assert repr(expected) not in out.split("not yet: ", 1)[1], out
