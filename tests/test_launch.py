@@ -185,7 +185,11 @@ def test_a_rank_that_lost_its_peer_gets_the_mismatch_hint(tmp_path):
 
 
 _CTRL_C_SCRIPT = """
-import os, sys, time
+import os, signal, sys, time
+# As from a terminal, whatever the test runner had: a shell's background job (`make test &`, nohup) starts
+# with SIGINT ignored, which every child inherits, and then no KeyboardInterrupt would ever come.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
 import torch.distributed as dist
 from tensorplay_edu import launch
 
