@@ -185,3 +185,13 @@ def test_published_checks_rows():
         assert set(r) == {"what", "ours", "theirs", "ratio", "source"} and r["source"]
         assert r["ratio"] == pytest.approx(r["ours"] / r["theirs"])
     assert any("torchtitan" in r["source"] for r in rows) and any("Korthikanti" in r["source"] for r in rows)
+
+
+def test_scale_and_scale_checks_import_in_either_order():
+    import subprocess
+    import sys
+    for first, second in (("scale_checks", "scale"), ("scale", "scale_checks")):
+        code = (f"import tensorplay_edu.{first}; import tensorplay_edu.{second}; "
+                "from tensorplay_edu.scale import fit_cpu, published_checks; import tensorplay_edu.scale_checks as c; "
+                "assert fit_cpu is c.fit_cpu and published_checks is c.published_checks")
+        subprocess.run([sys.executable, "-c", code], check=True)
