@@ -66,7 +66,8 @@ def test_option_guards(argv, message, capsys):
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="the pinned variant leaves a core free: needs 2 cores")
+                    reason="pins rank 0's main thread to one core and keeps another free for gloo: needs Linux's "
+                           "sched_getaffinity and at least 2 usable cores (CI and make test here have both)")
 def test_an_async_pinned_variant_records_what_the_table_needs():
     """Full plan, 2 ranks, small config, one step, async TP on and the main threads pinned: the decomposed
     collectives by name, the synchronous step's bytes, one block-input ring's times, the step's ring waits."""
