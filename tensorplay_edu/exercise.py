@@ -22,7 +22,7 @@ import math
 
 import torch
 
-__all__ = ["check", "untried"]
+__all__ = ["check", "untried", "check_against_one_process"]
 
 
 def untried(answer) -> bool:
@@ -104,3 +104,29 @@ def check(answer, expected, *, name: str = "your answer", rtol: float = 1e-6, at
         return True
     print(f"{name}: not yet: {why}" + (f"\n  hint: {hint}" if hint else ""))
     return None
+
+
+def check_against_one_process(per_rank, expected) -> None:
+    """Assert that rank r's result (``per_rank[r]``, as ``launch`` returns them) equals ``expected(r)``,
+    computed in this one process: tensors with ``torch.testing.assert_close``, lists item by item,
+    dicts key by key (of a rank's result dict, only the keys ``expected`` names). The message names
+    the rank and the place of the first difference. Unlike :func:`check`, this one raises: it is
+    the notebooks' proof, not a learner's guess."""
+
+    def same(got, want, where):
+        if isinstance(want, dict):
+            assert set(got) == set(want), f"{where}: keys {sorted(map(str, got))}, expected {sorted(map(str, want))}"
+            for key in want:
+                same(got[key], want[key], f"{where}, {key}")
+        elif isinstance(want, (list, tuple)):
+            assert len(got) == len(want), f"{where}: {len(got)} items, expected {len(want)}"
+            for i, (g, w) in enumerate(zip(got, want)):
+                same(g, w, f"{where}[{i}]")
+        elif isinstance(want, torch.Tensor):
+            torch.testing.assert_close(got, want, msg=lambda m: f"{where}: {m}")
+        else:
+            assert got == want, f"{where}: {got!r}, expected {want!r}"
+
+    for r, got in enumerate(per_rank):
+        want = expected(r)
+        same({key: got[key] for key in want} if isinstance(want, dict) else got, want, f"rank {r}")

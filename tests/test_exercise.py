@@ -35,3 +35,17 @@ def test_wrong_answers_say_where_and_do_not_raise(capsys):
         assert "not yet: " in out and why in out and "hint: go through the table" in out, out
         if not isinstance(expected, torch.Tensor):  # the right answer is never printed
             assert repr(expected) not in out.split("not yet: ", 1)[1], out
+
+
+def test_check_against_one_process_names_the_rank_and_the_place():
+    from tensorplay_edu.exercise import check_against_one_process
+    per_rank = [{"y": torch.ones(2), "n": 1, "extra": 0}, {"y": torch.ones(2), "n": 2, "extra": 0}]
+    check_against_one_process(per_rank, lambda r: {"y": torch.ones(2), "n": r + 1})  # extra keys ignored
+    for expected, where in ((lambda r: {"y": torch.ones(2), "n": 1}, "rank 1, n: 2, expected 1"),
+                            (lambda r: {"y": torch.zeros(2) if r else torch.ones(2), "n": r + 1}, "rank 1, y")):
+        try:
+            check_against_one_process(per_rank, expected)
+        except AssertionError as e:
+            assert where in str(e), str(e)
+        else:
+            raise AssertionError("a difference went unnoticed")
