@@ -40,6 +40,9 @@ def test_closes_with_a_link_to_the_next(path):
     target = NAMES[i + 1] if i + 1 < len(NAMES) else "../README.md"
     assert kind == "markdown" and "**Next:**" in last, f"{path.name}: the last cell links the next notebook"
     assert f"]({target})" in last.split("**Next:**", 1)[1], f"{path.name}: 'Next' should link {target}"
+    headings = [line for kind, src in _cells(path) if kind == "markdown" for line in src.splitlines()
+                if line.startswith("## ")]
+    assert headings and headings[-1] == "## Summary", f"{path.name}: the last section is '## Summary' (one name)"
 
 
 def _has_ellipsis(src: str) -> bool:

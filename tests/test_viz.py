@@ -332,11 +332,11 @@ def test_block_diagram_draws_the_residuals_the_reshape_and_its_letters(sp):
     fig = draw_block(sp)
     ax = fig.axes[0]
     skips = {p.get_gid(): p for p in ax.patches if (p.get_gid() or "").startswith("residual")}
-    assert sorted(skips) == ["residual h", "residual x"]
-    # each skip is labelled halfway along it: x from the block input to "+ x", h from "+ x" to "+ h" (y: n-1 at the top)
+    assert sorted(skips) == ["residual r", "residual x"]
+    # each skip is labelled halfway along it: x from the block input to "+ x", r from "+ x" to "+ r" (y: n-1 at the top)
     mid = {t.get_text(): t.get_position()[1] for t in ax.texts if t.get_text().startswith("residual: ")}
-    top, add_x, add_h = len(steps) - 1, len(steps) - 1 - names.index("+ x"), len(steps) - 1 - names.index("+ h")
-    assert mid == pytest.approx({"residual: x": (top + add_x) / 2, "residual: h": (add_x + add_h) / 2})
+    top, add_x, add_h = len(steps) - 1, len(steps) - 1 - names.index("+ x"), len(steps) - 1 - names.index("+ r")
+    assert mid == pytest.approx({"residual: x": (top + add_x) / 2, "residual: r": (add_x + add_h) / 2})
     key = [t for t in _texts(ax) if "backward;" in t]
     assert key == ["g: all-gather forward, reduce-scatter backward; g\u0304: reduce-scatter forward, all-gather backward"
                    " (they take the place of Megatron's f and g)"] if sp else \

@@ -74,7 +74,7 @@ def block_steps(sp: bool = False, world_size: int = 2, rank: int = 0, *, batch: 
              [batch, seq, n_heads // t * hd]),
         step("module", "wo", "RowwiseParallel", "Partial()", full),
         leave("attention", "attention"),
-        step("local", "+ x", "residual add: h = x + attention", *block_in),
+        step("local", "+ x", "residual add: r = x + attention", *block_in),
         step("module", "ffn_norm", norm_style, *block_in, module="ffn_norm"),
         enter("feed_forward"),
         step("module", "w1, w3", "ColwiseParallel: F/t", "Shard(-1)", [batch, seq, chunk_sizes(hidden, t)[r]],
@@ -83,7 +83,7 @@ def block_steps(sp: bool = False, world_size: int = 2, rank: int = 0, *, batch: 
              [batch, seq, chunk_sizes(hidden, t)[r]]),
         step("module", "w2", "RowwiseParallel", "Partial()", full),
         leave("feed_forward", "feed_forward"),
-        step("local", "+ h", "residual add: h + feed_forward, the output", *block_in),
+        step("local", "+ r", "residual add: r + feed_forward, the output", *block_in),
     ]
 
 
@@ -91,8 +91,9 @@ def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None,
     """The block of :func:`block_steps`, top to bottom: modules in blue, work without communication
     in white, collectives in red with their forward / backward (Megatron's ``f``, ``g``; under sequence
     parallelism ``g``, ``g\u0304``); on each arrow the tensor that flows, as ``placement · local [shape]`` on
-    rank ``rank``.  The two residual connections (x + attention, h + feed_forward) are skip arrows on the
-    left.  ``dims``: batch, seq, dim, n_heads, n_kv_heads, ffn_hidden (as :func:`block_steps`)."""
+    rank ``rank``.  The two residual connections (r = x + attention, then r + feed_forward; r, since h is
+    the width) are skip arrows on the left.  ``dims``: batch, seq, dim, n_heads, n_kv_heads, ffn_hidden
+    (as :func:`block_steps`)."""
     steps = block_steps(sp, world_size, rank, **dims)
     n = len(steps)
     fig, ax = plt.subplots(figsize=(8.6, 10.3))  # one size for every block (its callers' outputs say so)
@@ -117,7 +118,7 @@ def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None,
         ax.text(4.5, y - 0.5 if i + 1 < n else y - 0.42, f"{st['placement']} \u00b7 local {shape}",
                 ha="left", va="center", fontsize=8, family="monospace")
     adds = [i for i, st in enumerate(steps) if st["name"].startswith("+ ")]
-    for start, add, name in zip([0] + adds[:-1], adds, ("x", "h")):  # the residual stream skips the sublayer
+    for start, add, name in zip([0] + adds[:-1], adds, ("x", "r")):  # the residual stream skips the sublayer
         y0, y1 = n - 1 - start - 0.1, n - 1 - add + 0.1
         path = Path([(0.4, y0), (-0.1, y0), (-0.1, y1), (0.4, y1)], [Path.MOVETO] + [Path.LINETO] * 3)
         ax.add_patch(FancyArrowPatch(path=path, arrowstyle="->", mutation_scale=12, lw=1.2, color="black",
