@@ -12,7 +12,9 @@ it fuses SP's all-gather and reduce-scatter into the matmuls), float8 on or off,
 remaining d = gpus / t ranks plain DP or FSDP, each with and without full activation checkpointing
 ("ac": a third more compute for far less activation memory). A layout is refused when t does not
 divide the heads or KV heads, when t is larger than one node (TP's traffic would cross InfiniBand),
-when SP cannot split the sequence, or when it does not fit in HBM.
+when SP cannot split the sequence, or when it does not fit in HBM less a reserve (``RESERVE``, 10% by
+default: the CUDA context, NCCL's buffers and the caching allocator's fragmentation take a few GB that
+``scale.memory`` does not count; torchtitan's 70B run peaks at 97% of its HBM).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .scale import GPU, GPUS, MODELS, Model, Setup, memory, step_time
 __all__ = ["plan", "format_plan", "main"]
 
 _GB = 1e9
+RESERVE = 0.10  # fraction of HBM a plan leaves free
 
 
 def _resolve(model, gpu) -> tuple[Model, GPU]:
@@ -67,17 +70,21 @@ def _why_not(model: Model, gpu: GPU, s: Setup) -> str | None:
     return f"tp={s.tp}: " + "; ".join(why) if why else None
 
 
-def plan(model, gpus: int, gpu="h100", seq: int = 8192, batch: int = 1):
-    """``(feasible, refused)`` for ``model`` (name or Model) on ``gpus`` GPUs of kind ``gpu``.
+def plan(model, gpus: int, gpu="h100", seq: int = 8192, batch: int = 1, reserve: float = RESERVE):
+    """``(feasible, refused)`` for ``model`` (name or Model) on ``gpus`` GPUs of kind ``gpu``; a layout fits
+    when its memory per GPU is at most ``(1 - reserve)`` of the HBM.
 
     ``feasible``: dicts ``{"setup", "memory" (bytes by component), "total" (bytes), "time"
     (:func:`tensorplay_edu.scale.step_time`)}``, best first (most tokens/s; then smaller TP; then least memory).
-    ``refused``: dicts ``{"setup", "reason", "over" (bytes over HBM, 0 for a structural reason)}``,
+    ``refused``: dicts ``{"setup", "reason", "over" (bytes over the usable HBM, 0 for a structural reason)}``,
     structural reasons first, then out of memory closest to fitting first."""
     model, gpu = _resolve(model, gpu)
     for name, value in (("gpus", gpus), ("seq", seq), ("batch", batch)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if isinstance(reserve, bool) or not isinstance(reserve, (int, float)) or not 0 <= reserve < 1:
+        raise ValueError(f"reserve must be a fraction of HBM in [0, 1), got {reserve!r}")
+    usable = (1 - reserve) * gpu.hbm_bytes
     if gpus > gpu.gpus_per_node and gpus % gpu.gpus_per_node:
         raise ValueError(f"gpus={gpus} is not a whole number of {gpu.gpus_per_node}-GPU nodes: "
                          f"use a multiple of {gpu.gpus_per_node} (or at most one node)")
@@ -89,10 +96,11 @@ def plan(model, gpus: int, gpu="h100", seq: int = 8192, batch: int = 1):
             continue
         mem = memory(model, s)
         total = sum(mem.values())
-        if total > gpu.hbm_bytes:
-            over = total - gpu.hbm_bytes
+        if total > usable:
+            over = total - usable
             refused.append({"setup": s, "over": over, "reason": f"out of memory: {total / _GB:.1f} GB per GPU, "
-                            f"{over / _GB:.1f} GB over the {gpu.hbm_bytes / _GB:.0f} GB of HBM"})
+                            f"{over / _GB:.1f} GB over the {usable / _GB:.0f} GB usable "
+                            f"({1 - reserve:.0%} of {gpu.hbm_bytes / _GB:.0f} GB HBM)"})
             continue
         feasible.append({"setup": s, "memory": mem, "total": total, "time": step_time(model, s, gpu)})
     # ties (async hiding all TP traffic, loss_parallel changing memory only): the smaller TP degree, then
@@ -110,13 +118,15 @@ def _name(s: Setup) -> str:
     return " ".join(parts)
 
 
-def format_plan(model, gpus: int, gpu="h100", seq: int = 8192, batch: int = 1, top: int = 10) -> str:
+def format_plan(model, gpus: int, gpu="h100", seq: int = 8192, batch: int = 1, top: int = 10,
+                reserve: float = RESERVE) -> str:
     """The planner's report as text (what the command line prints)."""
     model, gpu = _resolve(model, gpu)
-    feasible, refused = plan(model, gpus, gpu, seq, batch)
+    feasible, refused = plan(model, gpus, gpu, seq, batch, reserve)
     n = len(feasible) + len(refused)
-    lines = [f"{model.name} ({model.params() / 1e9:.1f}B) on {gpus} x {gpu.name} ({gpu.hbm_bytes / _GB:.0f} GB), "
-             f"seq {seq}, batch {batch} per data-parallel rank: {len(feasible)} of {n} layouts fit",
+    lines = [f"{model.name} ({model.params() / 1e9:.1f}B) on {gpus} x {gpu.name} ({gpu.hbm_bytes / _GB:.0f} GB, "
+             f"{1 - reserve:.0%} usable), seq {seq}, batch {batch} per data-parallel rank: {len(feasible)} of {n} "
+             "layouts fit",
              "memory per GPU in GB; times per step in s; ac = full activation checkpointing", ""]
     if feasible:
         head = (f"{'#':>3} {'layout':<46}{'weights':>8}{'grads':>7}{'optim':>7}{'activ':>7}{'logits':>7}"
@@ -155,6 +165,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seq", type=int, default=8192, help="tokens per sequence")
     parser.add_argument("--batch", type=int, default=1, help="sequences per data-parallel rank")
     parser.add_argument("--top", type=int, default=10, help="how many layouts (and refusals) to print")
+    parser.add_argument("--reserve", type=float, default=RESERVE,
+                        help="fraction of HBM left free for the CUDA context, NCCL and fragmentation (default 0.1)")
     args = parser.parse_args(argv)
     if args.model not in MODELS:
         parser.error(f"argument --model: unknown model {args.model!r}; known models: {', '.join(MODELS)}")
@@ -167,7 +179,9 @@ def main(argv=None) -> int:
     if args.gpus > node and args.gpus % node:
         parser.error(f"argument --gpus: {args.gpus} is not a whole number of {node}-GPU nodes; "
                      f"use a multiple of {node} (e.g. {args.gpus // node * node or node}) or at most {node}")
-    print(format_plan(args.model, args.gpus, args.gpu, args.seq, args.batch, args.top))
+    if not 0 <= args.reserve < 1:
+        parser.error(f"argument --reserve: a fraction of HBM in [0, 1), got {args.reserve}")
+    print(format_plan(args.model, args.gpus, args.gpu, args.seq, args.batch, args.top, args.reserve))
     return 0
 
 

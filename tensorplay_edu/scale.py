@@ -1,24 +1,28 @@
 """One model of scale: the hardware, the Llama 3 shapes, memory per GPU and step time.
 
-Every number of scale in the notebooks comes from here, so that they agree with each other:
+Every number of scale in the notebooks comes from here, so that they agree with each other. This file
+holds the hardware, the shapes, the layout of a step (:class:`Setup`) and the price of one collective;
+memory lives in ``scale_memory.py``, step time in ``scale_time.py``, the checks against this CPU and
+published figures in ``scale_checks.py``. Import everything from here:
 
     from tensorplay_edu.scale import GPUS, MODELS, Setup, memory, step_time
     memory(MODELS["llama3-70b"], Setup(tp=8, sp=True, dp=8, fsdp=True))   # bytes per GPU by component
     step_time(MODELS["llama3-70b"], Setup(tp=8, sp=True, dp=8, fsdp=True), GPUS["h100"])
 
 Notation (the series' letters): ``b`` sequences per data-parallel rank, ``s`` tokens per sequence,
-``h`` model width (``dim``), ``a`` attention heads, ``V`` vocabulary, ``L`` layers, ``t`` the TP degree.
+``h`` model width (``dim``), ``H`` query heads, ``K`` key-value heads, ``F`` the feed-forward width,
+``V`` vocabulary, ``L`` layers, ``t`` the TP degree, ``p`` bytes per element.
 Everything is an estimate from first principles (counts of bytes and FLOPs, an α–β model of each
 collective), and :func:`published_checks` puts it beside published figures.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 __all__ = ["GPU", "GPUS", "Model", "MODELS", "Setup", "DEFAULT_MFU", "memory", "korthikanti_activations",
-           "FLOAT8_EFFICIENCY", "collective_time", "tp_collectives_per_layer", "tp_bytes_per_layer", "step_time",
+           "FLOAT8_EFFICIENCY", "NCCL_BASE_LATENCY", "LOGIT_PEAK_BYTES", "llama_activations", "ring_steps", "ring_terms",
+           "collective_time", "tp_rings", "tp_collectives_per_layer", "tp_bytes_per_layer", "step_time",
            "tp_crossover_tokens", "tp_compute_over_comm", "tp_max_inside", "fit_cpu", "predict_step",
            "published_checks"]
 
@@ -41,12 +45,14 @@ class GPU:
     source: str
 
 
-# α per ring step: NCCL's own cost model (NVIDIA/nccl src/graph/tuning.cc, hwLat, Ring, Simple protocol,
-# the one used for the large messages of training) charges 3.4 µs per step over NVLink and 9.6 µs per
-# step over the network. One NVLink figure everywhere: NVLink 4 is 900 GB/s bidirectional = 450 GB/s
+# Latency: NCCL's own cost model (NVIDIA/nccl src/graph/tuning.cc, Ring algorithm, Simple protocol, the
+# one used for the large messages of training) charges a base latency of 8.4 µs per collective, plus a
+# hardware latency per ring step: 3.4 µs over NVLink, 14.0 µs over the network (NCCL 2.2x's figure;
+# older releases said 9.6). One NVLink figure everywhere: NVLink 4 is 900 GB/s bidirectional = 450 GB/s
 # each way. NDR InfiniBand is 400 Gb/s = 50 GB/s each way, one NIC per GPU.
+NCCL_BASE_LATENCY = 8.4e-6
 _HOPPER = dict(bf16_flops=989e12, fp8_flops=1979e12, nvlink_bw=450e9, nvlink_alpha=3.4e-6,
-               ib_bw=50e9, ib_alpha=9.6e-6, gpus_per_node=8)
+               ib_bw=50e9, ib_alpha=14.0e-6, gpus_per_node=8)
 GPUS = {
     "h100": GPU("H100 SXM", hbm_bytes=80e9, hbm_bw=3.35e12, **_HOPPER,
                 source="NVIDIA H100 datasheet (SXM, dense); NVLink 4 900 GB/s bidirectional; NDR 400 Gb/s per GPU; "
@@ -98,7 +104,9 @@ class Setup:
     """How one training step is laid out: TP degree ``tp`` (with SP, loss_parallel, float8 and async TP
     as options), ``dp`` data-parallel replicas (``fsdp``: sharded over them), ``batch`` sequences of
     ``seq`` tokens per data-parallel rank, activations and weights in ``dtype_bytes`` (bf16: 2);
-    ``checkpoint``: full activation checkpointing (keep each block's input, recompute the rest)."""
+    ``checkpoint``: full activation checkpointing (keep each block's input, recompute the rest);
+    ``activations``: ``"llama"`` counts what this package's Llama saves (:func:`llama_activations`),
+    ``"korthikanti"`` the paper's GPT layer (:func:`korthikanti_activations`, flash attention)."""
     tp: int = 1
     sp: bool = False
     loss_parallel: bool = False
@@ -110,56 +118,13 @@ class Setup:
     seq: int = 8192
     dtype_bytes: int = 2
     checkpoint: bool = False
+    activations: str = "llama"
 
     @property
     def gpus(self) -> int:
         return self.tp * self.dp
 
 
-def korthikanti_activations(seq, batch, dim, heads, tp=1, sp=False, flash=False) -> float:
-    """Bytes of activations one transformer layer keeps for backward (Korthikanti et al. 2022,
-    "Reducing Activation Recomputation in Large Transformer Models", §4, 2-byte activations):
-
-    * no parallelism:  s·b·h·(34 + 5·a·s/h)
-    * tensor parallel: s·b·h·(10 + 24/t + 5·a·s/(h·t))   (norms, dropouts and block inputs stay whole)
-    * TP + SP:         s·b·h·(34/t + 5·a·s/(h·t))        (SP splits those over t too)
-
-    ``5·a·s/h`` is the s×s attention scores, their softmax and its dropout mask; flash attention never
-    stores them (``flash=True`` drops the term). The paper's layer is GPT's (MLP 4h, dropout masks)."""
-    sbh, scores = seq * batch * dim, 5 * heads * seq / dim
-    if tp == 1:
-        per = 34 + (0 if flash else scores)
-    elif sp:
-        per = 34 / tp + (0 if flash else scores / tp)
-    else:
-        per = 10 + 24 / tp + (0 if flash else scores / tp)
-    return sbh * per
-
-
-def memory(model: Model, setup: Setup) -> dict[str, float]:
-    """Bytes per GPU by component; their sum is the usual estimate of the peak (all held at once).
-
-    Conventions (the "16 bytes per parameter" of mixed-precision AdamW, as in ZeRO):
-
-    * ``weights``: ``dtype_bytes`` (2) per parameter; ``gradients``: the same; ``optimizer``: 12 per
-      parameter (fp32 master copy, Adam's two fp32 moments). TP divides every matmul weight and both
-      embeddings by t (norm weights are replicated); FSDP then divides all three by ``dp`` (the gathered
-      layer FSDP holds for a moment is left out).
-    * ``activations``: Korthikanti's accounting with flash attention (no s×s term), for all L layers,
-      scaled by ``dtype_bytes/2``: TP divides the sharded parts by t (10 + 24/t), SP the rest too (34/t).
-      With ``checkpoint``: each block keeps only its input (s·b·h values, /t under SP), plus one
-      block's full activations while it is recomputed. float8 is not modelled (torchao keeps bf16 weights).
-    * ``logits``: b·s·V fp32 values for the loss (4 bytes each): whole on every rank, or a V/t slice
-      each with ``loss_parallel``."""
-    t, d = setup.tp, setup.dp if setup.fsdp else 1
-    p_gpu = (model.params() - model.norm_params()) / t + model.norm_params()
-    act = korthikanti_activations(setup.seq, setup.batch, model.dim, model.heads, t, setup.sp, flash=True)
-    if setup.checkpoint:
-        act = act / model.layers + 2 * setup.seq * setup.batch * model.dim / (t if setup.sp else 1)
-    logits = 4 * setup.batch * setup.seq * model.vocab / (t if setup.loss_parallel else 1)
-    return {"weights": setup.dtype_bytes * p_gpu / d, "gradients": setup.dtype_bytes * p_gpu / d,
-            "optimizer": 12 * p_gpu / d, "activations": model.layers * act * setup.dtype_bytes / 2,
-            "logits": logits}
 
 
 def _link(gpu: GPU, link: str) -> tuple[float, float]:
@@ -170,60 +135,34 @@ def _link(gpu: GPU, link: str) -> tuple[float, float]:
     raise ValueError(f"link must be 'nvlink' or 'ib', got {link!r}")
 
 
-def collective_time(op: str, nbytes: float, world: int, gpu: GPU, link: str = "nvlink") -> float:
-    """Seconds for one ring collective over ``world`` ranks of a buffer of ``nbytes`` (the FULL tensor:
-    the all-gather's output, the reduce-scatter's input, the all-reduce's buffer): α–β, as NCCL models it.
-
-    * all_reduce:                  2(t-1)/t · nbytes / B + 2(t-1)·α   (a reduce-scatter then an all-gather)
-    * all_gather, reduce_scatter:   (t-1)/t · nbytes / B +  (t-1)·α
-
-    B and α are the link's (``gpu.nvlink_bw`` / ``nvlink_alpha``, or ``ib_bw`` / ``ib_alpha``)."""
-    if world <= 1:
-        return 0.0
-    bw, alpha = _link(gpu, link)
+def ring_steps(op: str, world: int) -> int:
+    """Steps of a ring collective on ``world`` ranks: t-1 for an all-gather or a reduce-scatter (each
+    rank passes one chunk per step), 2(t-1) for an all-reduce (a reduce-scatter, then an all-gather).
+    Each step moves nbytes/t per rank."""
     steps = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}.get(op)
     if steps is None:
         raise ValueError(f"op must be all_reduce, all_gather or reduce_scatter, got {op!r}")
-    return steps * (world - 1) * (nbytes / world / bw + alpha)
+    return steps * (world - 1)
 
 
-def tp_collectives_per_layer(model: Model, setup: Setup) -> list[tuple[str, str, float]]:
-    """The TP collectives of one block in one training step, as (phase, op, full buffer bytes): what
-    CommDebugMode records for :func:`tensorplay_edu.models.parallelize_llama`'s plans.
+def ring_terms(op: str, nbytes: float, world: int, gpu: GPU, link: str = "nvlink") -> tuple[float, float]:
+    """(bandwidth seconds, latency seconds) of one ring collective over ``world`` ranks of a buffer of
+    ``nbytes`` (the FULL tensor: the all-gather's output, the reduce-scatter's input, the all-reduce's
+    buffer), as NCCL's cost model prices it; B and α are the link's, β = 1/B:
 
-    * vanilla (no SP): forward, wo and w2 all-reduce their [b, s, h] output; backward, the transposes
-      (one ``f`` per block input, shared by wq/wk/wv and by w1/w3): 2 + 2 all-reduces of b·s·h.
-    * SP: each all-reduce becomes an all-gather (block input) and a reduce-scatter (block output), the
-      same bytes on the wire; backward the transposes, plus one all-reduce per norm weight gradient (h).
-    * float8 (tensorwise): with SP the forward all-gathers and backward's gradient all-gathers move 1-byte
-      float8; every scale needs a global amax: a one-number all-reduce per sharded tensor (9 + 2·SP
-      forward, 5 + 2·SP backward), counted padded to one element per rank as CommDebugMode does."""
-    t, e = setup.tp, setup.batch * setup.seq * model.dim  # e: elements of one [b, s, h] activation
-    if t == 1:
-        return []
-    full = e * setup.dtype_bytes
-    low = e * (1 if setup.float8 else setup.dtype_bytes)
-    if setup.sp:
-        out = [("forward", "all_gather", low), ("forward", "reduce_scatter", full)] * 2
-        out += [("backward", "reduce_scatter", full), ("backward", "all_gather", low)] * 2
-        out += [("backward", "all_reduce", model.dim * 4.0)] * 2  # norm weights' grads (fp32 params)
-    else:
-        out = [("forward", "all_reduce", full)] * 2 + [("backward", "all_reduce", full)] * 2
-    if setup.float8:
-        amax = 4.0 * t  # one fp32 number, padded to one per rank
-        out += [("forward", "all_reduce", amax)] * (9 + 2 * setup.sp)
-        out += [("backward", "all_reduce", amax)] * (5 + 2 * setup.sp)
-    return out
+    * all_reduce:                 2(t-1)/t · nbytes / B,   base + 2(t-1)·α  (a reduce-scatter, then an all-gather)
+    * all_gather, reduce_scatter:  (t-1)/t · nbytes / B,   base +  (t-1)·α"""
+    bw, alpha = _link(gpu, link)
+    steps = ring_steps(op, world)
+    if world <= 1:
+        return 0.0, 0.0
+    return steps * nbytes / world / bw, NCCL_BASE_LATENCY + steps * alpha
 
 
-def tp_bytes_per_layer(model: Model, setup: Setup) -> dict[str, dict[str, float]]:
-    """``{phase: {op: bytes each rank sends}}`` for one block: the ring's (t-1)/t of each buffer, twice
-    that for an all-reduce (CommDebugMode's convention)."""
-    t, out = setup.tp, {"forward": {}, "backward": {}}
-    for phase, op, nbytes in tp_collectives_per_layer(model, setup):
-        sent = (2 if op == "all_reduce" else 1) * (t - 1) / t * nbytes
-        out[phase][op] = out[phase].get(op, 0.0) + sent
-    return out
+def collective_time(op: str, nbytes: float, world: int, gpu: GPU, link: str = "nvlink") -> float:
+    """Seconds for one ring collective: the sum of :func:`ring_terms`."""
+    return sum(ring_terms(op, nbytes, world, gpu, link))
+
 
 
 # Fraction of peak FLOP/s a well-tuned training step sustains. torchtitan's benchmarks (its
@@ -238,105 +177,17 @@ DEFAULT_MFU = 0.38
 FLOAT8_EFFICIENCY = 0.7
 
 
-def _compute_seconds(model: Model, setup: Setup, gpu: GPU, mfu: float) -> float:
-    """FLOPs per GPU per step / (peak · mfu). Matmuls: 6 · (matmul params) · (b·s tokens) / t, the 6 being
-    2 forward + 4 backward per weight and token; the output layer counts, the embedding lookup does not.
-    Causal attention (QKᵀ and AV): 12·L·s²·h·b halved by the mask, / t. float8 runs the blocks' matmuls
-    at the fp8 peak times FLOAT8_EFFICIENCY (torchtitan converts those; the output layer and attention
-    stay bf16)."""
-    tokens, t = setup.batch * setup.seq, setup.tp
-    blocks = 6 * model.layers * model.layer_params() * tokens / t
-    rest = 6 * model.vocab * model.dim * tokens / t + 6 * model.layers * setup.seq * tokens * model.dim / t
-    block_peak = gpu.fp8_flops * FLOAT8_EFFICIENCY if setup.float8 else gpu.bf16_flops
-    recompute = 8 / 6 if setup.checkpoint else 1  # full AC runs every forward twice: 2 + 2 + 4 per weight
-    return recompute * (blocks / block_peak + rest / gpu.bf16_flops) / mfu
-
-
-def _dp_seconds(model: Model, setup: Setup, gpu: GPU) -> float:
-    """Gradient traffic over the dp ranks (IB once the job spans nodes): DDP all-reduces the bf16 grads
-    in 25 MB buckets; FSDP all-gathers the weights twice (forward, backward) and reduce-scatters the
-    grads, one collective per block each."""
-    if setup.dp == 1:
-        return 0.0
-    link = "ib" if setup.gpus > gpu.gpus_per_node else "nvlink"
-    nbytes = setup.dtype_bytes * model.params() / setup.tp
-    if setup.fsdp:
-        per = nbytes / model.layers
-        return model.layers * (2 * collective_time("all_gather", per, setup.dp, gpu, link)
-                               + collective_time("reduce_scatter", per, setup.dp, gpu, link))
-    buckets = max(1, math.ceil(nbytes / 25e6))
-    return buckets * collective_time("all_reduce", nbytes / buckets, setup.dp, gpu, link)
-
-
-def step_time(model: Model, setup: Setup, gpu: GPU, mfu: float = DEFAULT_MFU) -> dict[str, float]:
-    """Seconds of one training step per GPU, and tokens/s.
-
-    ``compute`` (see ``_compute_seconds``), ``tp_comm`` (every TP collective of every block, α–β over
-    NVLink inside a node, IB if t spans nodes), ``dp_comm`` (gradient sync). Overlap: DP traffic hides
-    behind compute (bucketed backward, FSDP prefetch) except what exceeds it; TP traffic sits on the
-    critical path (each matmul waits for its input) unless ``async_tp`` splits it into pieces that
-    overlap the matmuls: at best all of it hides behind compute. ``exposed`` is what stays visible."""
-    compute = _compute_seconds(model, setup, gpu, mfu)
-    link = "ib" if setup.tp > gpu.gpus_per_node else "nvlink"
-    tp = model.layers * sum(collective_time(op, n, setup.tp, gpu, link)
-                            for _, op, n in tp_collectives_per_layer(model, setup))
-    dp = _dp_seconds(model, setup, gpu)
-    exposed_tp = max(0.0, tp - compute) if setup.async_tp else tp
-    exposed = exposed_tp + max(0.0, dp - compute)
-    total = compute + exposed
-    per_gpu = setup.batch * setup.seq / setup.tp / total
-    return {"compute": compute, "tp_comm": tp, "dp_comm": dp, "exposed": exposed, "total": total,
-            "tokens_per_s_per_gpu": per_gpu, "tokens_per_s": per_gpu * setup.gpus}
-
-
-def _per_layer_terms(model: Model, gpu: GPU, link: str, tp: int, mfu: float):
-    """One block at TP degree ``tp`` (bf16, SP plan): (compute s per token, TP comm s per token, the
-    latency of all its ring steps in s). Per token the block computes 6·P_layer/t FLOPs and SP moves
-    4 all-gathers + 4 reduce-scatters of h bf16 values, (t-1)/t of each; 8·(t-1) ring steps, plus the
-    2·2(t-1) of the two norm-weight all-reduces."""
-    bw, alpha = _link(gpu, link)
-    compute = 6 * model.layer_params() / tp / (gpu.bf16_flops * mfu)
-    comm = 8 * (tp - 1) / tp * 2 * model.dim / bw
-    return compute, comm, (8 + 4) * (tp - 1) * alpha
-
-
-def tp_compute_over_comm(model: Model, gpu: GPU, link: str = "nvlink", tp: int = 8, mfu: float = DEFAULT_MFU):
-    """The arithmetic intensity of TP, per block and many tokens: compute time / TP traffic time.
-
-    Per token, the block does 6·P_layer/t FLOPs (P_layer ≈ 12h² for a GPT block) while TP moves
-    8·(t-1)/t·h·2 bytes (4 gathers + 4 scatters of h bf16 values, or 4 all-reduces). With F the
-    sustained FLOP/s (peak · mfu) and B the link's bytes/s, the ratio is 6·P_layer·B / (16·(t-1)·h·F)
-    ≈ 4.5·h·B / ((t-1)·F): independent of the number of tokens, growing with the width h, shrinking
-    with t, and 9x smaller over InfiniBand than over NVLink. Above 1, TP's traffic can hide behind its
-    own compute (async TP); below 1 no overlap can save it."""
-    compute, comm, _ = _per_layer_terms(model, gpu, link, tp, mfu)
-    return compute / comm
-
-
-def tp_crossover_tokens(model: Model, gpu: GPU, link: str = "nvlink", tp: int = 8, mfu: float = DEFAULT_MFU):
-    """The fewest tokens (b·s) per step for which one block's compute time covers its TP comm time.
-
-    Both grow linearly in tokens, so only the latency term makes a crossover: compute = n·c,
-    comm = n·k + A (A: α of every ring step). n ≥ A / (c - k) when c > k; ``math.inf`` when the
-    bandwidth alone outweighs the compute (``tp_compute_over_comm`` < 1): no batch makes TP pay there."""
-    c, k, latency = _per_layer_terms(model, gpu, link, tp, mfu)
-    return latency / (c - k) if c > k else math.inf
-
-
-def tp_max_inside(model: Model, gpu: GPU, link: str = "nvlink", mfu: float = DEFAULT_MFU) -> int:
-    """The largest TP degree (dividing the heads and KV heads; at most a node over NVLink) whose traffic
-    still fits under its compute (``tp_compute_over_comm`` ≥ 1); 1 if none."""
-    limit = gpu.gpus_per_node if link == "nvlink" else model.heads
-    ok = [t for t in range(2, limit + 1) if model.heads % t == 0 and model.kv_heads % t == 0
-          and tp_compute_over_comm(model, gpu, link, t, mfu) >= 1]
-    return max(ok, default=1)
+# The names that live in the three companion files, looked up on first use (PEP 562), so that any of
+# the four modules may be imported first.
+_ELSEWHERE = {"scale_memory": ("korthikanti_activations", "llama_activations", "LOGIT_PEAK_BYTES", "memory"),
+              "scale_time": ("tp_collectives_per_layer", "tp_bytes_per_layer", "tp_rings", "step_time",
+                             "tp_compute_over_comm", "tp_crossover_tokens", "tp_max_inside"),
+              "scale_checks": ("fit_cpu", "predict_step", "published_checks")}
 
 
 def __getattr__(name: str):
-    """``fit_cpu``, ``predict_step`` and ``published_checks`` live in scale_checks.py (the model held
-    against this CPU and published figures); they are reachable here too, looked up on first use so
-    that either module may be imported first."""
-    if name in ("fit_cpu", "predict_step", "published_checks"):
-        from . import scale_checks
-        return getattr(scale_checks, name)
+    for module, names in _ELSEWHERE.items():
+        if name in names:
+            import importlib
+            return getattr(importlib.import_module(f".{module}", __package__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

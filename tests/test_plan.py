@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorplay_edu.plan import main, plan
+from tensorplay_edu.plan import RESERVE, main, plan
 from tensorplay_edu.scale import GPUS, MODELS, memory, step_time
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +23,7 @@ def _cli(*args):
 def test_plan_ranks_feasible_and_explains_refusals():
     feasible, refused = plan("llama3-70b", 64, "h100", seq=8192, batch=1)
     assert feasible and refused
-    hbm = GPUS["h100"].hbm_bytes
+    hbm = GPUS["h100"].hbm_bytes * (1 - RESERVE)  # a plan keeps 10% of HBM free
     speeds = [r["time"]["tokens_per_s"] for r in feasible]
     assert speeds == sorted(speeds, reverse=True)  # best first
     for r in feasible:
@@ -41,8 +41,11 @@ def test_plan_ranks_feasible_and_explains_refusals():
             assert f"{r['over'] / 1e9:.1f} GB over" in r["reason"]
     # without SP, TP 8 alone keeps too many activations on a 70B at 8192 tokens
     assert not any(r["setup"].tp == 8 and not r["setup"].sp and not r["setup"].checkpoint for r in feasible)
-    # more memory per GPU (H200) fits at least as much
+    # more memory per GPU (H200) fits at least as much; a larger reserve refuses what needs more
     assert len(plan("llama3-70b", 64, "h200")[0]) >= len(feasible)
+    tight = plan("llama3-70b", 64, "h100", reserve=0.15)[0]
+    limit = 0.85 * GPUS["h100"].hbm_bytes
+    assert len(tight) < len(feasible) and max(r["total"] for r in tight) <= limit < max(r["total"] for r in feasible)
 
 
 def test_plan_bad_inputs():
@@ -54,13 +57,15 @@ def test_plan_bad_inputs():
         plan("llama3-8b", 12)
     with pytest.raises(ValueError, match="seq must be a positive integer"):
         plan("llama3-8b", 8, seq=0)
+    with pytest.raises(ValueError, match=r"reserve must be a fraction of HBM in \[0, 1\)"):
+        plan("llama3-8b", 8, reserve=1.5)
 
 
 def test_cli_prints_best_first_and_refusals():
     out = _cli("--model", "llama3-70b", "--gpus", "64", "--gpu", "h100", "--seq", "8192", "--top", "5")
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    assert text.startswith("llama3-70b (70.6B) on 64 x H100 SXM (80 GB), seq 8192")
+    assert text.startswith("llama3-70b (70.6B) on 64 x H100 SXM (80 GB, 90% usable), seq 8192")
     rows = [line for line in text.splitlines() if re.match(r"\s+\d+ tp=", line)]
     assert len(rows) == 5
     tok = [float(line.split()[-1].replace(",", "")) for line in rows]
@@ -75,6 +80,7 @@ def test_cli_prints_best_first_and_refusals():
     (["--gpus", "12"], "argument --gpus: 12 is not a whole number of 8-GPU nodes"),
     (["--seq", "0"], "argument --seq: must be a positive integer"),
     (["--gpu", "a100"], "argument --gpu: unknown gpu 'a100'"),
+    (["--reserve", "1"], "argument --reserve: a fraction of HBM in [0, 1), got 1.0"),
 ])
 def test_cli_bad_inputs(args, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -7,9 +7,11 @@ import pytest
 
 from tensorplay_edu import launch
 from tensorplay_edu.debug import CommRecord
-from tensorplay_edu.scale import (GPUS, MODELS, Model, Setup, collective_time, fit_cpu, korthikanti_activations,
-                                  memory, predict_step, published_checks, step_time, tp_bytes_per_layer,
-                                  tp_collectives_per_layer, tp_compute_over_comm, tp_crossover_tokens, tp_max_inside)
+from tensorplay_edu.scale import (GPUS, LOGIT_PEAK_BYTES, MODELS, NCCL_BASE_LATENCY, Model, Setup, collective_time,
+                                  fit_cpu, korthikanti_activations, llama_activations, memory, predict_step,
+                                  published_checks, ring_terms, step_time, tp_bytes_per_layer,
+                                  tp_collectives_per_layer, tp_compute_over_comm, tp_crossover_tokens, tp_max_inside,
+                                  tp_rings)
 
 H100, M70 = GPUS["h100"], MODELS["llama3-70b"]
 
@@ -38,16 +40,25 @@ def test_memory_conventions():
     for k in ("weights", "gradients", "optimizer"):
         assert fsdp[k] == pytest.approx(tp2[k] / 4)
     assert memory(M70, Setup(tp=2, dp=4))["optimizer"] == tp2["optimizer"]  # plain DP replicates
-    # activations: SP divides what TP left whole; both are Korthikanti's with flash attention
+    # activations: L blocks of this Llama's count (notebook 04's 51.4 GB for 70B at TP 8 + SP, 8k tokens)
     sp8, tp8 = memory(M70, Setup(tp=8, sp=True)), memory(M70, Setup(tp=8))
     sbh = 8192 * M70.dim
-    assert base["activations"] == pytest.approx(M70.layers * 34 * sbh)
-    assert tp8["activations"] == pytest.approx(M70.layers * (10 + 24 / 8) * sbh)
-    assert sp8["activations"] == pytest.approx(base["activations"] / 8)
-    assert memory(M70, Setup(batch=2))["activations"] == pytest.approx(2 * base["activations"])
-    # logits: b·s·V fp32, sliced by loss_parallel
-    assert tp8["logits"] == 4 * 8192 * M70.vocab
-    assert memory(M70, Setup(tp=8, loss_parallel=True))["logits"] == tp8["logits"] / 8
+    for setup, got in ((Setup(), base), (Setup(tp=8), tp8), (Setup(tp=8, sp=True), sp8)):
+        assert got["activations"] == pytest.approx(M70.layers * sum(llama_activations(M70, setup).values()))
+    assert round(sp8["activations"] / 1e9, 1) == 51.4 and round(tp8["activations"] / 1e9, 1) == 88.9
+    # SP divides the norms by t; the gathered block inputs (2·sbh·p) stay whole under TP, with or without SP
+    one, sp = llama_activations(M70, Setup(tp=8)), llama_activations(M70, Setup(tp=8, sp=True))
+    assert sp["norms"] == pytest.approx(one["norms"] / 8) and sp["block inputs"] == one["block inputs"] == 2 * sbh * 2
+    assert memory(M70, Setup(batch=2))["activations"] == pytest.approx(2 * base["activations"], rel=1e-3)
+    # Korthikanti's GPT layer on request: 34/t·sbh bytes per layer under TP + SP (2-byte activations)
+    k = memory(M70, Setup(tp=8, sp=True, activations="korthikanti"))["activations"]
+    assert k == pytest.approx(M70.layers * 34 / 8 * sbh)
+    with pytest.raises(ValueError, match="activations"):
+        memory(M70, Setup(activations="gpt"))
+    # logits: the loss's measured peak per logit of b·s·V, sliced by loss_parallel
+    assert tp8["logits"] == LOGIT_PEAK_BYTES[2]["gathered"] * 8192 * M70.vocab == 12 * 8192 * M70.vocab
+    assert memory(M70, Setup(tp=8, loss_parallel=True))["logits"] == 10 * 8192 * M70.vocab / 8
+    assert memory(M70, Setup(tp=8, loss_parallel=True, dtype_bytes=4))["logits"] == 8 * 8192 * M70.vocab / 8
     ac = memory(M70, Setup(tp=8, sp=True, checkpoint=True))["activations"]
     assert ac == pytest.approx(sp8["activations"] / M70.layers + M70.layers * 2 * sbh / 8)
 
@@ -66,13 +77,17 @@ def test_korthikanti_formulas_and_flash():
 def test_collective_time_alpha_beta():
     n, t = 1e9, 8
     bw, alpha = H100.nvlink_bw, H100.nvlink_alpha
-    assert collective_time("all_gather", n, t, H100) == pytest.approx((t - 1) / t * n / bw + (t - 1) * alpha)
+    base = NCCL_BASE_LATENCY
+    assert collective_time("all_gather", n, t, H100) == pytest.approx((t - 1) / t * n / bw + base + (t - 1) * alpha)
+    assert ring_terms("all_gather", n, t, H100) == pytest.approx(((t - 1) / t * n / bw, base + (t - 1) * alpha))
     assert collective_time("reduce_scatter", n, t, H100) == collective_time("all_gather", n, t, H100)
-    assert collective_time("all_reduce", n, t, H100) == pytest.approx(2 * collective_time("all_gather", n, t, H100))
+    assert collective_time("all_reduce", n, t, H100) == pytest.approx(
+        2 * collective_time("all_gather", n, t, H100) - base)  # one base latency, twice the ring steps
     ib = collective_time("all_gather", n, t, H100, link="ib")
-    assert ib == pytest.approx((t - 1) / t * n / H100.ib_bw + (t - 1) * H100.ib_alpha)
+    assert ib == pytest.approx((t - 1) / t * n / H100.ib_bw + base + (t - 1) * H100.ib_alpha)
+    assert H100.ib_alpha == 14.0e-6 and H100.nvlink_alpha == 3.4e-6 and base == 8.4e-6  # NCCL's tuning model
     assert collective_time("all_reduce", n, 1, H100) == 0.0
-    assert collective_time("all_gather", 0, t, H100) == pytest.approx((t - 1) * alpha)  # latency only
+    assert collective_time("all_gather", 0, t, H100) == pytest.approx(base + (t - 1) * alpha)  # latency only
     with pytest.raises(ValueError, match="link"):
         collective_time("all_gather", n, t, H100, link="pcie")
     with pytest.raises(ValueError, match="op"):
@@ -128,6 +143,23 @@ def test_step_time_parts():
     assert t["tokens_per_s_per_gpu"] == pytest.approx(8192 / 8 / t["total"])
     a = step_time(M70, Setup(tp=8, sp=True, dp=8, fsdp=True, async_tp=True), H100)
     assert a["tp_comm"] == t["tp_comm"] and a["exposed"] < t["exposed"] and a["compute"] == t["compute"]
+    # async TP hides each ring under its own matmul only: what stays is the rest of each ring, and the
+    # collectives no matmul can cover (backward's reduce-scatters fed by several matmuls, the norms)
+    rings = tp_rings(M70, s, H100)
+    assert [(r["phase"], r["op"], r["matmul"] > 0) for r in rings] == [
+        ("forward", "all_gather", True), ("forward", "reduce_scatter", True)] * 2 + [
+        ("backward", "reduce_scatter", False), ("backward", "all_gather", True)] * 2 + [
+        ("backward", "all_reduce", False)] * 2
+    assert M70.layers * sum(r["comm"] for r in rings) == pytest.approx(t["tp_comm"])
+    left = M70.layers * sum(max(0.0, r["comm"] - r["matmul"]) for r in rings)
+    assert a["exposed"] - max(0.0, a["dp_comm"] - a["compute"]) == pytest.approx(left)
+    m8 = MODELS["llama3-8b"]  # 8B at TP 8: the attention's rings carry more than their matmuls (notebook 10 §6)
+    r8 = {(r["phase"], r["name"]): r for r in tp_rings(m8, Setup(tp=8, sp=True), H100)}
+    assert r8[("forward", "attention input")]["comm"] > r8[("forward", "attention input")]["matmul"]
+    assert r8[("forward", "ffn input")]["comm"] < r8[("forward", "ffn input")]["matmul"]
+    # without SP there is no ring to split: async changes nothing
+    v, va = step_time(M70, Setup(tp=8), H100), step_time(M70, Setup(tp=8, async_tp=True), H100)
+    assert v == va
     # compute: 6 · params · tokens (no embedding lookup) + causal attention, over t, at mfu of the peak
     one = step_time(M70, Setup(), H100, mfu=1.0)["compute"]
     flops = 6 * (M70.params() - M70.vocab * M70.dim - M70.norm_params()) * 8192 + 6 * M70.layers * 8192**2 * M70.dim
@@ -195,3 +227,49 @@ def test_scale_and_scale_checks_import_in_either_order():
                 "from tensorplay_edu.scale import fit_cpu, published_checks; import tensorplay_edu.scale_checks as c; "
                 "assert fit_cpu is c.fit_cpu and published_checks is c.published_checks")
         subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _saved_per_layer(plans):
+    """Rank code: bytes block 0 saves for backward (storages counted once, parameters left out), per plan."""
+    import torch
+    import torch.distributed as dist
+
+    from tensorplay_edu import init_device_mesh
+    from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
+    out = []
+    for plan in plans:
+        torch.manual_seed(0)
+        model = Transformer(ModelArgs(dim=64, n_layers=2, n_heads=8, n_kv_heads=4, vocab_size=40, max_seq_len=16,
+                                      ffn_hidden=96))  # grouped-query attention: K does not enter the count
+        if plan != "none":
+            parallelize_llama(model, init_device_mesh("cpu", (dist.get_world_size(),)), plan)
+        skip = {p.untyped_storage().data_ptr() for p in [*model.parameters(), *model.buffers()]}
+        where, seen = ["edges"], {}
+        model.layers["0"].register_forward_pre_hook(lambda *a: where.__setitem__(0, "0"))
+        model.layers["0"].register_forward_hook(lambda *a: where.__setitem__(0, "edges"))
+
+        def pack(t):
+            ptr = t.untyped_storage().data_ptr()
+            if where[0] == "0" and ptr not in skip and ptr not in seen:
+                seen[ptr] = (t.untyped_storage().nbytes(), t)  # keep t alive: its storage stays unique
+            return t
+
+        tokens = torch.randint(0, 40, (2, 12), generator=torch.Generator().manual_seed(1))
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            with loss_context(plan if plan != "none" else "vanilla"):
+                loss = llama_loss(model(tokens), tokens)
+        loss.backward()
+        out.append(sum(n for n, _ in seen.values()))
+    return out
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_llama_activations_are_what_the_model_saves(world):
+    """scale.llama_activations (notebook 04's count) equals the bytes block 0 saves, to the byte."""
+    tiny = Model("tiny", layers=2, dim=64, heads=8, kv_heads=4, ffn=96, vocab=40)
+    plans = ["none"] if world == 1 else ["vanilla", "full"]
+    got = launch(_saved_per_layer, world, plans)
+    for plan, nbytes in zip(plans, got[0]):
+        setup = Setup(tp=world, sp=plan == "full", batch=2, seq=12, dtype_bytes=4)
+        assert nbytes == sum(llama_activations(tiny, setup).values()), (world, plan)
+    assert all(r == got[0] for r in got)
