@@ -124,11 +124,10 @@ def published_checks(gpu: GPU | None = None) -> list[dict]:
     for name, s in (("no TP", Setup()), ("TP 8", Setup(tp=8)), ("TP 8 + SP", Setup(tp=8, sp=True))):
         ours = sum(llama_activations(m70, s).values()) / 1e9
         theirs = korthikanti_activations(s.seq, s.batch, m70.dim, m70.heads, s.tp, s.sp, flash=True) / 1e9
-        row(f"70B activations per layer, s=8192, {name}: this Llama vs the paper's GPT layer (GB)", ours, theirs,
+        row(f"70B activations/layer, s=8192, {name}: this Llama vs the paper's GPT layer (GB)", ours, theirs,
             _KORTHIKANTI)
     with_scores = korthikanti_activations(8192, 1, m70.dim, m70.heads, 8, True) / 1e9
-    row("70B activations per layer, TP 8 + SP: this Llama (flash) vs the paper's GPT layer storing the s×s "
-        "scores (GB)", sum(llama_activations(m70, Setup(tp=8, sp=True)).values()) / 1e9, with_scores,
+    row("70B activations/layer, TP 8 + SP: this Llama (flash) vs GPT storing s×s scores (GB)", sum(llama_activations(m70, Setup(tp=8, sp=True)).values()) / 1e9, with_scores,
         "Korthikanti et al. 2022, §4 (as published: attention scores stored)")
 
     def tps(model, **kw):
@@ -146,7 +145,7 @@ def published_checks(gpu: GPU | None = None) -> list[dict]:
     row("70B, FSDP 32 x TP 8, float8, full AC, batch 16: tokens/s/GPU", tps(m70, **tp70), 829, _TT_2412 + " Table 4")
     row("70B, FSDP 32 x TP 8, float8, full AC, batch 16, async TP: tokens/s/GPU",
         tps(m70, **{**tp70, "async_tp": True}), 876, _TT_2412 + " Table 4")
-    row("70B, FSDP 32 x TP 8, float8, full AC, batch 16: memory per GPU (GB; theirs 71.9 GiB)",
+    row("70B, FSDP 32 x TP 8, float8, full AC, batch 16: GB per GPU (theirs: 71.9 GiB)",
         sum(memory(m70, Setup(**tp70)).values()) / 1e9, 71.9 * 2**30 / 1e9, _TT_2412 + " Table 4")
     bf70 = {**tp70, "float8": False}
     row("70B, FSDP 32 x TP 8, bf16: async TP speedup", tps(m70, **bf70, async_tp=True) / tps(m70, **bf70),

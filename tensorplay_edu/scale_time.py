@@ -157,9 +157,9 @@ def tp_compute_over_comm(model: Model, gpu: GPU, link: str = "nvlink", tp: int =
     """The arithmetic intensity of TP, per block and many tokens: compute time / TP traffic time.
 
     Per token, the block does 6·P_layer/t FLOPs (P_layer ≈ 12h² for a GPT block) while TP moves
-    8·(t-1)/t·h·2 bytes (4 gathers + 4 scatters of h bf16 values, or 4 all-reduces). With F the
-    sustained FLOP/s (peak · mfu) and B the link's bytes/s, the ratio is 6·P_layer·B / (16·(t-1)·h·F)
-    ≈ 4.5·h·B / ((t-1)·F): independent of the number of tokens, growing with the width h, shrinking
+    8·(t-1)/t·h·2 bytes (4 gathers + 4 scatters of h bf16 values, or 4 all-reduces). With R the
+    sustained FLOP/s (peak · mfu) and B the link's bytes/s, the ratio is 6·P_layer·B / (16·(t-1)·h·R)
+    ≈ 4.5·h·B / ((t-1)·R): independent of the number of tokens, growing with the width h, shrinking
     with t, and 9x smaller over InfiniBand than over NVLink. Above 1, TP's traffic can hide behind its
     own compute (async TP); below 1 no overlap can save it."""
     compute, comm, _ = _per_layer_terms(model, gpu, link, tp, mfu)
