@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["GPU", "GPUS", "Model", "MODELS", "Setup", "DEFAULT_MFU", "memory", "korthikanti_activations",
-           "FLOAT8_EFFICIENCY", "NCCL_BASE_LATENCY", "LOGIT_PEAK_BYTES", "llama_activations", "ring_steps", "ring_terms",
-           "collective_time", "tp_rings", "tp_collectives_per_layer", "tp_bytes_per_layer", "step_time",
+           "FLOAT8_EFFICIENCY", "NCCL_BASE_LATENCY", "LOGIT_PEAK_BYTES", "llama_activations", "ring_steps",
+           "ring_terms", "collective_time", "tp_rings", "tp_collectives_per_layer", "tp_bytes_per_layer", "step_time",
            "tp_crossover_tokens", "tp_compute_over_comm", "tp_max_inside", "fit_cpu", "predict_step",
            "published_checks"]
 
@@ -125,8 +125,6 @@ class Setup:
         return self.tp * self.dp
 
 
-
-
 def _link(gpu: GPU, link: str) -> tuple[float, float]:
     if link == "nvlink":
         return gpu.nvlink_bw, gpu.nvlink_alpha
@@ -162,7 +160,6 @@ def ring_terms(op: str, nbytes: float, world: int, gpu: GPU, link: str = "nvlink
 def collective_time(op: str, nbytes: float, world: int, gpu: GPU, link: str = "nvlink") -> float:
     """Seconds for one ring collective: the sum of :func:`ring_terms`."""
     return sum(ring_terms(op, nbytes, world, gpu, link))
-
 
 
 # Fraction of peak FLOP/s a well-tuned training step sustains. torchtitan's benchmarks (its

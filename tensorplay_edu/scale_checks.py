@@ -127,7 +127,8 @@ def published_checks(gpu: GPU | None = None) -> list[dict]:
         row(f"70B activations/layer, s=8192, {name}: this Llama vs the paper's GPT layer (GB)", ours, theirs,
             _KORTHIKANTI)
     with_scores = korthikanti_activations(8192, 1, m70.dim, m70.heads, 8, True) / 1e9
-    row("70B activations/layer, TP 8 + SP: this Llama (flash) vs GPT storing s×s scores (GB)", sum(llama_activations(m70, Setup(tp=8, sp=True)).values()) / 1e9, with_scores,
+    row("70B activations/layer, TP 8 + SP: this Llama (flash) vs GPT storing s×s scores (GB)",
+        sum(llama_activations(m70, Setup(tp=8, sp=True)).values()) / 1e9, with_scores,
         "Korthikanti et al. 2022, §4 (as published: attention scores stored)")
 
     def tps(model, **kw):
@@ -136,7 +137,8 @@ def published_checks(gpu: GPU | None = None) -> list[dict]:
     fsdp8 = dict(dp=8, fsdp=True, batch=2)
     row("8B, FSDP 8, batch 2, compile: tokens/s/GPU (theirs with SAC)", tps(m8, **fsdp8), 6667,
         _TT_2412 + " Table 1")
-    row("8B, FSDP 8, batch 2, compile, float8: tokens/s/GPU", tps(m8, float8=True, **fsdp8), 8532, _TT_2412 + " Table 1")
+    row("8B, FSDP 8, batch 2, compile, float8: tokens/s/GPU", tps(m8, float8=True, **fsdp8), 8532,
+        _TT_2412 + " Table 1")
     row("8B, FSDP 8: float8 speedup (FLOAT8_EFFICIENCY is set from this row)",
         tps(m8, float8=True, **fsdp8) / tps(m8, **fsdp8), 8532 / 6667, _TT_2412 + " Table 1")
     row("8B, 8 GPUs: float8 speedup vs torchao's 'up to 1.25x'",

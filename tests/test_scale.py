@@ -219,13 +219,16 @@ def test_published_checks_rows():
     assert any("torchtitan" in r["source"] for r in rows) and any("Korthikanti" in r["source"] for r in rows)
 
 
-def test_scale_and_scale_checks_import_in_either_order():
+def test_the_scale_modules_import_in_any_order():
     import subprocess
     import sys
-    for first, second in (("scale_checks", "scale"), ("scale", "scale_checks")):
-        code = (f"import tensorplay_edu.{first}; import tensorplay_edu.{second}; "
-                "from tensorplay_edu.scale import fit_cpu, published_checks; import tensorplay_edu.scale_checks as c; "
-                "assert fit_cpu is c.fit_cpu and published_checks is c.published_checks")
+    for first in ("scale_checks", "scale_memory", "scale_time", "scale"):
+        code = (f"import tensorplay_edu.{first}; import tensorplay_edu.scale as s; "
+                "import tensorplay_edu.scale_checks as c, tensorplay_edu.scale_memory as m; "
+                "import tensorplay_edu.scale_time as t; "
+                "assert s.fit_cpu is c.fit_cpu and s.published_checks is c.published_checks; "
+                "assert s.memory is m.memory and s.step_time is t.step_time and s.tp_rings is t.tp_rings; "
+                "assert all(hasattr(s, name) for name in s.__all__)")
         subprocess.run([sys.executable, "-c", code], check=True)
 
 
