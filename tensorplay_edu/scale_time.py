@@ -58,14 +58,16 @@ def tp_bytes_per_layer(model: Model, setup: Setup) -> dict[str, dict[str, float]
 
 
 def _compute_seconds(model: Model, setup: Setup, gpu: GPU, mfu: float) -> float:
-    """FLOPs per GPU per step / (peak · mfu). Matmuls: 6 · (matmul params) · (b·s tokens) / t, the 6 being
-    2 forward + 4 backward per weight and token; the output layer counts, the embedding lookup does not.
-    Causal attention (QKᵀ and AV): 12·L·s²·h·b halved by the mask, / t. float8 runs the blocks' matmuls
-    at the fp8 peak times FLOAT8_EFFICIENCY (torchtitan converts those; the output layer and attention
-    stay bf16)."""
+    """FLOPs per GPU per step / (peak · mfu), counted as torchtitan counts them when it reports the MFU
+    that ``mfu`` stands for. Matmuls: 6 · (matmul params) · (b·s tokens) / t, the 6 being 2 forward + 4
+    backward per weight and token; the output layer counts, the embedding lookup does not. Attention
+    (QKᵀ and AV): 12·L·s²·h·b / t, the whole s×s square: a causal kernel does half of it, but torchtitan's
+    MFU convention does not count that saving, so an MFU measured that way converts this count into
+    seconds. float8 runs the blocks' matmuls at the fp8 peak times FLOAT8_EFFICIENCY (torchtitan converts
+    those; the output layer and attention stay bf16)."""
     tokens, t = setup.batch * setup.seq, setup.tp
     blocks = 6 * model.layers * model.layer_params() * tokens / t
-    rest = 6 * model.vocab * model.dim * tokens / t + 6 * model.layers * setup.seq * tokens * model.dim / t
+    rest = 6 * model.vocab * model.dim * tokens / t + 12 * model.layers * setup.seq * tokens * model.dim / t
     block_peak = gpu.fp8_flops * FLOAT8_EFFICIENCY if setup.float8 else gpu.bf16_flops
     recompute = 8 / 6 if setup.checkpoint else 1  # full AC runs every forward twice: 2 + 2 + 4 per weight
     return recompute * (blocks / block_peak + rest / gpu.bf16_flops) / mfu
