@@ -40,6 +40,19 @@ Attention with this rank's heads works as is: HF's attention views ``q_proj``'s 
 ``(*input_shape, -1, head_dim)`` (the head count comes from the local width) and repeats the
 K/V heads ``num_attention_heads // num_key_value_heads`` times, a ratio that each rank keeps
 (H/t over K/t). :func:`plan_from_hf` checks that both head counts divide by the mesh size.
+
+Initialising on the meta device (build under ``torch.device("meta")``, parallelize, ``to_empty``,
+``model.init_weights()`` under a seed) gives the single-device model, as for our own Llama
+(``init.py``: every rank draws the whole parameter and keeps its piece), with one catch that this
+module removes: transformers copies the ``torch.nn.init`` functions into its own table
+(``transformers.initialization.TORCH_INIT_FUNCTIONS``) when it is imported, and its
+``init_weights`` calls them from there. Imported before ``tensorplay_edu.parallel`` (``from
+transformers import ...`` first, as most scripts do), the table holds PyTorch's unwrapped
+functions: every rank would draw its piece's worth of numbers from the same seed (rank 0's and
+rank 1's heads alike, the generator left at the wrong place). Importing the package points the
+table's entries at the wrapped functions (``init.guard_transformers_init``, called by
+``install_guards``), which act as PyTorch's on any tensor that is not a tensor-parallel piece;
+transformers imported later copies the wrapped functions itself.
 """
 
 from __future__ import annotations
@@ -51,9 +64,10 @@ from torch import nn
 
 from ..mesh import DeviceMesh
 from ..placement import Replicate, Shard
+from .init import guard_transformers_init
 from .style import ColwiseParallel, ParallelStyle, RowwiseParallel
 
-__all__ = ["HF_STYLES", "SP_REASON", "hf_plan_strings", "plan_from_hf"]
+__all__ = ["HF_STYLES", "SP_REASON", "guard_transformers_init", "hf_plan_strings", "plan_from_hf"]
 
 # HF string -> a function making our style (None: the module is left whole on every rank).
 HF_STYLES = {

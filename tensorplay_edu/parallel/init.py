@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import sys
 import types
 
 import torch
@@ -168,6 +169,26 @@ def install_guards() -> None:
         register_torch_function(fn, wrapped)  # a reference taken before the import dispatches here too
         register_torch_function(wrapped, wrapped)
     register_torch_function(torch.empty_like, _empty_like)
+    guard_transformers_init()
+
+
+def guard_transformers_init() -> int:
+    """Point transformers' copies of the ``torch.nn.init`` functions at the wrapped ones.
+
+    ``transformers.initialization.TORCH_INIT_FUNCTIONS`` is filled when transformers is imported;
+    an entry that is PyTorch's own function, which this package wraps, is replaced by the wrapper
+    (any other entry is left alone). Nothing happens while transformers is not imported: imported
+    later, it copies the wrapped functions itself. Returns how many entries were replaced."""
+    table = getattr(sys.modules.get("transformers.initialization"), "TORCH_INIT_FUNCTIONS", None)
+    if not isinstance(table, dict):
+        return 0
+    replaced = 0
+    for name, fn in list(table.items()):
+        ours = getattr(nn.init, name, None)
+        if getattr(ours, "__tensorplay_guard__", False) and getattr(ours, "__wrapped__", None) is fn:
+            table[name] = ours
+            replaced += 1
+    return replaced
 
 
 install_guards()
