@@ -104,15 +104,14 @@ def tp_rings(model: Model, setup: Setup, gpu: GPU, mfu: float = DEFAULT_MFU) -> 
     link = "ib" if t > gpu.gpus_per_node else "nvlink"
     rate = (gpu.fp8_flops * FLOAT8_EFFICIENCY if setup.float8 else gpu.bf16_flops) * mfu
     h, qkv, f = model.dim, model.dim + 2 * model.kv_heads * model.head_dim, model.ffn
+    # each phase's SP gathers and scatters, in tp_collectives_per_layer's order, and the matmul FLOPs beside them
     mm = {"attention input": 2 * n * h * qkv / t, "wo": 2 * n * h * h / t, "ffn input": 2 * n * h * 2 * f / t,
           "w2": 2 * n * f * h / t}
-    sp_names = {"forward": ["attention input", "wo", "ffn input", "w2"],
-                "backward": ["attention input", "wo", "ffn input", "w2"]}
     rings, seen = [], {"forward": 0, "backward": 0}
     for phase, op, nbytes in tp_collectives_per_layer(model, setup):
         name, hides = op, 0.0
-        if setup.sp and op in ("all_gather", "reduce_scatter") and seen[phase] < 4:
-            name = sp_names[phase][seen[phase]]
+        if setup.sp and op in ("all_gather", "reduce_scatter") and seen[phase] < len(mm):
+            name = list(mm)[seen[phase]]
             seen[phase] += 1
             if phase == "forward" or op == "all_gather":  # backward's reduce-scatters have several feeders
                 hides = mm[name] / rate

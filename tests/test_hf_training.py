@@ -38,6 +38,7 @@ from tensorplay_edu.parallel import (attach_layouts, clip_grad_norm_, full_state
 from tensorplay_edu.parallel.checkpoint import get_state_dict, set_state_dict
 from tensorplay_edu.parallel.hf import plan_from_hf
 from tensorplay_edu.parallel.params import as_dtensor
+from rank_scratch import Checker
 
 VOCAB, BATCH, SEQ = 61, 4, 10
 STEPS_TOL = dict(rtol=1e-9, atol=1e-10)  # several AdamW steps (test_dcp.py)
@@ -105,23 +106,20 @@ def whole(param, value):
     return value if param_layout(param) is None else as_dtensor(param, value).full_tensor()
 
 
-class Checks:
+class Checks(Checker):
+    """rank_scratch's Checker (failures collected on the rank, returned by result()), with a label, a
+    tolerance and whole-model comparisons."""
+
     def __init__(self, label: str):
-        self.label, self.fails, self.n = label, [], 0
+        super().__init__()
+        self.label = label
 
     def __call__(self, what: str, ok: bool):
-        self.n += 1
-        if not ok:
-            self.fails.append(f"{self.label}: {what}")
+        super().__call__(f"{self.label}: {what}", ok)
 
     def close(self, what: str, got: torch.Tensor, want: torch.Tensor, tol=STEPS_TOL):
         same = got.shape == want.shape and torch.allclose(got, want, **tol)
         self(f"{what} differs ({(got - want).abs().max().item() if got.shape == want.shape else 'shape'})", same)
-
-    def equal(self, what: str, got: torch.Tensor, want: torch.Tensor):
-        same = got.shape == want.shape and torch.equal(got, want)
-        self(f"{what} not bit for bit ({(got - want).abs().max().item() if got.shape == want.shape else 'shape'})",
-             same)
 
     def weights(self, what: str, model, ref, tol=STEPS_TOL):
         got, want = full_state_dict(model), ref.state_dict()
@@ -129,8 +127,20 @@ class Checks:
         for name in got.keys() & want.keys():
             self.close(f"{what}: {name}", got[name], want[name], tol)
 
-    def result(self):
-        return self.fails, self.n
+
+def clip_compare_and_step(check: Checks, s: int, runner, model, ref, opt, ref_opt) -> float:
+    """After both backwards: clip both (ours on ``runner``'s parameters, PyTorch's on one process's),
+    compare the norms and every clipped gradient, step both optimizers. Returns one process's norm."""
+    norm = clip_grad_norm_(runner.parameters(), MAX_NORM)
+    ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), MAX_NORM)
+    check.close(f"step {s} gradient norm", norm, ref_norm)
+    ref_params = dict(ref.named_parameters())
+    for name, p in model.named_parameters():
+        check.close(f"step {s} clipped grad {name}", whole(p, p.grad), ref_params[name].grad)
+    for o in (opt, ref_opt):
+        o.step()
+        o.zero_grad()
+    return ref_norm.item()
 
 
 def _clean(results, at_least):
@@ -156,7 +166,6 @@ def clipped_training(lp: bool, steps: int = 3) -> tuple[list[str], int]:
         with contextlib.suppress(RuntimeError):
             torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
             check("torch.nn.utils.clip_grad_norm_ refuses the sharded HF parameters", False)
-    ref_params = dict(ref.named_parameters())
     for s in range(steps):
         ids = tokens(s)
         with loss_parallel() if lp else contextlib.nullcontext():
@@ -167,15 +176,8 @@ def clipped_training(lp: bool, steps: int = 3) -> tuple[list[str], int]:
         check.close(f"step {s} loss", loss.detach(), ref_loss.detach())
         loss.backward()
         ref_loss.backward()
-        norm = clip_grad_norm_(model.parameters(), MAX_NORM)
-        ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), MAX_NORM)
-        check.close(f"step {s} gradient norm", norm, ref_norm)
-        check(f"step {s} clips (norm {ref_norm.item():.3f} > {MAX_NORM})", ref_norm.item() > MAX_NORM)
-        for name, p in model.named_parameters():
-            check.close(f"step {s} clipped grad {name}", whole(p, p.grad), ref_params[name].grad)
-        for o in (opt, ref_opt):
-            o.step()
-            o.zero_grad()
+        ref_norm = clip_compare_and_step(check, s, model, model, ref, opt, ref_opt)
+        check(f"step {s} clips (norm {ref_norm:.3f} > {MAX_NORM})", ref_norm > MAX_NORM)
     check.weights(f"after {steps} AdamW steps", model, ref)
     return check.result()
 
@@ -409,7 +411,6 @@ def dp_x_tp(wrap: str, steps: int = 2) -> tuple[list[str], int]:
         runner = fully_shard(model, mesh=dp_mesh)
         attach_layouts(model)  # fully_shard made new parameters: their TP layouts again
     opt, ref_opt = adamw(runner.parameters()), adamw(ref.parameters())
-    ref_params = dict(ref.named_parameters())
     for s in range(steps):
         ids = tokens(s)
         mine = ids.chunk(dp)[dp_rank]
@@ -420,13 +421,7 @@ def dp_x_tp(wrap: str, steps: int = 2) -> tuple[list[str], int]:
         mean = loss.detach().clone()
         dist.all_reduce(mean, group=mesh.get_group("dp"))  # test bookkeeping
         check.close(f"step {s} loss (mean over dp)", mean / dp, ref_loss.detach())
-        check.close(f"step {s} gradient norm", clip_grad_norm_(runner.parameters(), MAX_NORM),
-                    torch.nn.utils.clip_grad_norm_(ref.parameters(), MAX_NORM))
-        for name, p in model.named_parameters():
-            check.close(f"step {s} clipped grad {name}", whole(p, p.grad), ref_params[name].grad)
-        for o in (opt, ref_opt):
-            o.step()
-            o.zero_grad()
+        clip_compare_and_step(check, s, runner, model, ref, opt, ref_opt)
     check.weights(f"after {steps} AdamW steps", model, ref)
     return check.result()
 
