@@ -38,8 +38,10 @@ demo: setup
 bench: setup
 	$(PY) benchmarks/bench.py $(BENCH_FLAGS)
 
-# The first command on a machine with GPUs: demo, transition table, host syncs and bf16 step time on its GPUs
-# under torchrun, one PASS / FAIL / SKIP line per check (benchmarks/gpu_check.sh; no GPU: all SKIP, exit 0).
+# The first command on a machine with GPUs (benchmarks/gpu_check.sh): on its GPUs under torchrun, NCCL and CUDA
+# required, the demo, transition table and host syncs (PASS / FAIL); a GPU-sized model's tokens/s, MFU and memory
+# for ours, float8, async TP, PyTorch's TP and the hand-written floor (MEASURED); losses of ours vs PyTorch, float8
+# TP vs one GPU, async vs sync within stated tolerances (PASS / FAIL). No GPU: every line SKIP, exit 0.
 gpu-check: setup
 	bash benchmarks/gpu_check.sh
 

@@ -2,7 +2,7 @@
 own `torch.distributed.tensor.parallel`, with the same model, plan and inputs.
 
     python benchmarks/bench.py            # small and medium configs, 2 and 4 ranks, both plans
-    python benchmarks/bench.py --quick    # small config only, fewer steps (under 2 minutes)
+    python benchmarks/bench.py --quick    # small config only, fewer steps (under 2 minutes); writes to a temp folder
 
 Per (config, plan, ranks) it reports the median training-step time (forward, loss,
 backward, AdamW; the slowest rank of each step, median over steps and repeats), the ratio
@@ -18,7 +18,8 @@ The floor (issue 13): "hand", the same model and plan written directly in raw co
 cross-entropy, one norm-gradient bucket), checked equal to one process by tests/test_hand.py; the
 small config runs SMALL_ROUNDS interleaved rounds, and the report gives each ratio as the median of
 the per-round ratios with its range.
-Writes benchmarks/results.md and benchmarks/results.png.  Under torchrun it runs one
+Writes benchmarks/results.md and benchmarks/results.png (a full run: the committed record, headed by the
+commit it ran on); ``--quick`` writes them into a fresh temporary folder, and ``--out DIR`` anywhere.  Under torchrun it runs one
 variant on GPUs: `torchrun --nproc-per-node 2 benchmarks/bench.py --torchrun --impl ours`
 (`--dtype bfloat16` there for a bf16 model; float32 otherwise; `--float8` for ours with the
 float8 model and styles, bf16 being the realistic GPU setting; `--async-tp` for ours with async
@@ -45,13 +46,14 @@ import os
 import resource
 import statistics
 import sys
+import tempfile
 import time
 
 import torch
 import torch.distributed as dist
 
 from tensorplay_edu import CommDebugMode, init_device_mesh, launch
-from tensorplay_edu.parallel import async_tp
+from tensorplay_edu.parallel import async_tp, bucket_partial_grads
 from tensorplay_edu.timeline import Timeline
 from tensorplay_edu.torchrun import current_device, run_from_env
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
@@ -327,6 +329,8 @@ def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int, dtype
         from hand import HandLlama
         model = HandLlama(model, plan)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if impl == "ours" and plan != "vanilla":  # the norms' partial gradients: one bucket, made whole in opt.step()
+        bucket_partial_grads(model, opt)      # (as the floor and Megatron do; parallel/grad_sync.py)
     pinned = pin_compute_thread() if pin else {"cores": _cores()}  # pinned after every group exists
 
     def step(fused: bool = async_tp_on):
@@ -513,15 +517,29 @@ def summarize(rows, singles) -> list[dict]:
     return out
 
 
-def write_report(table: list[dict], quick: bool) -> str:
+def report_folder(quick: bool, out: str | None) -> str:
+    """Where results.md and results.png go: ``--out``, else benchmarks/ for a full run (the committed record)
+    and a fresh temporary folder for ``--quick`` (its numbers never replace the record unless asked)."""
+    if out is not None:
+        os.makedirs(out, exist_ok=True)
+        return out
+    return tempfile.mkdtemp(prefix="bench_quick_") if quick else HERE
+
+
+def write_report(table: list[dict], quick: bool, out: str | None = None) -> str:
     from report import render  # benchmarks/report.py
 
-    return render(table, quick, HERE)
+    folder = report_folder(quick, out)
+    text = render(table, quick, folder)
+    return text + f"\nwrote {os.path.join(folder, 'results.md')} and results.png\n"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small config only, fewer steps (< 2 minutes)")
+    parser.add_argument("--out", default=None,
+                        help="folder for results.md / results.png (default: benchmarks/ for a full run, a fresh "
+                             "temporary folder for --quick, so a quick run never replaces the committed record)")
     parser.add_argument("--torchrun", action="store_true", help="one variant under torchrun (GPUs: NCCL)")
     parser.add_argument("--impl", choices=["ours", "hand", "torch"], default="ours")
     parser.add_argument("--plan", choices=["vanilla", "full"], default="full")
@@ -574,7 +592,7 @@ def main(argv=None) -> int:
         for row in sorted(table, key=lambda r: (r["world"], r["impl"])):  # what the medians hide
             print(f"{row['impl']} x{row['world']}: ms per repeat " + ", ".join(f"{ms:.0f}" for ms in row["repeats_ms"]))
     else:
-        print(write_report(table, args.quick))
+        print(write_report(table, args.quick, args.out))
     print(f"bench took {time.perf_counter() - start:.0f} s")
     return 0
 

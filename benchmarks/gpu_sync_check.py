@@ -2,17 +2,27 @@
 
     torchrun --standalone --nproc-per-node 2 benchmarks/gpu_sync_check.py
 
-Every rank builds the small Llama under the vanilla and the full plan on
-``current_device()`` (its GPU when the default group is "cpu:gloo,cuda:nccl", else the
-CPU), runs a warm-up step, then checks one training step (forward, loss, backward):
+Every rank builds the small Llama in bf16 on ``current_device()`` (its GPU when the default
+group is "cpu:gloo,cuda:nccl", else the CPU) in each case of ``CASES``: the vanilla and the
+full plan, the full plan with float8 (the model converted, the float8 styles; on GPUs below
+compute capability 8.9 skipped, with the reason) and with async TP. A step is the whole
+training step: forward, loss, backward AND the AdamW step. After a warm-up step each case
+checks one step:
 
 * on any device, a ``TorchDispatchMode`` counts the aten ops that copy a value from the
   device to the host (``SYNCS``: on a GPU each one waits for every queued kernel); there
-  must be none;
+  must be none. AdamW's step counters are exempt: they live on the CPU (unless
+  ``capturable=True``) and AdamW reads them with ``.item()``, a CPU read that waits for nothing;
 * on a GPU, the step runs twice more: under ``torch.cuda.set_sync_debug_mode("warn")``,
-  where every synchronising CUDA call (a device-to-host copy, a stream synchronisation)
-  warns, and the warnings are counted; then under ``"error"``, where the first one raises.
-  Both must stay silent. On the CPU this part is skipped, with a message saying so.
+  where a synchronising CUDA call that PyTorch's CUDA ops make (a device-to-host copy, a
+  ``cudaStreamSynchronize`` / ``cudaDeviceSynchronize``, ``.item()`` on a CUDA tensor) warns,
+  and the warnings are counted; then under ``"error"``, where the first one raises. Both must
+  stay silent. On the CPU this part is skipped, with a message saying so.
+
+What neither sees: ``torch.distributed``. A collective that blocks the host (``work.wait()`` under
+``TORCH_NCCL_BLOCKING_WAIT``, a barrier) does not go through the CUDA calls PyTorch's sync-debug
+hook watches, and the ``c10d`` ops are not among the dispatch mode's ``SYNCS``. A host stall inside
+a collective shows in a profile (``torch.profiler``), not here.
 
 The ranks exchange their findings; rank 0 prints one verdict line, last, starting with
 "PASS host syncs:" or "FAIL host syncs:", and every rank exits 0 or 1 accordingly.
@@ -22,6 +32,7 @@ is the one ``benchmarks/gpu_check.sh`` runs under torchrun on the GPUs.)
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections import Counter
 
@@ -31,24 +42,29 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tensorplay_edu import init_device_mesh
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
+from tensorplay_edu.parallel import async_tp
 from tensorplay_edu.torchrun import current_device, run_from_env
 
 # Ops that copy a value from the device to the host: on a GPU each one waits for every queued kernel.
 SYNCS = ("aten._local_scalar_dense", "aten.item", "aten.is_nonzero", "aten.equal")
-# 8 heads and a 16-token sequence split over 1, 2, 4 or 8 ranks (the full plan shards the sequence).
-ARGS = ModelArgs(dim=64, n_layers=2, n_heads=8, vocab_size=64, max_seq_len=16)
-PLANS = ("vanilla", "full")
+# 16 query / 8 key-value heads and a 16-token sequence split over 1, 2, 4 or 8 ranks (the full plan shards it).
+ARGS = ModelArgs(dim=128, n_layers=2, n_heads=16, n_kv_heads=8, vocab_size=64, max_seq_len=16)
+CASES = (("vanilla", "bf16"), ("full", "bf16"), ("full", "float8"), ("full", "async"))
 
 
 class CountOps(TorchDispatchMode):
-    """Every aten op that runs while it is active, by name (e.g. "aten._local_scalar_dense")."""
+    """Every aten op that runs while it is active, by name (e.g. "aten._local_scalar_dense"); the sync
+    ops of ``SYNCS`` only when their tensor is not one of ``exempt`` (data pointers)."""
 
-    def __init__(self):
+    def __init__(self, exempt=frozenset()):
         super().__init__()
         self.ops: Counter = Counter()
+        self.exempt = exempt
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[str(func.overloadpacket)] += 1
+        name = str(func.overloadpacket)
+        if not (name in SYNCS and args and isinstance(args[0], torch.Tensor) and args[0].data_ptr() in self.exempt):
+            self.ops[name] += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -56,29 +72,45 @@ def _first_line(text: str) -> str:
     return str(text).strip().splitlines()[0][:200] if str(text).strip() else "?"
 
 
-def check_plan(plan: str, device: torch.device) -> dict:
-    """This rank's findings for one plan: sync ops seen by the dispatch mode; CUDA sync-debug warnings and error."""
+def float8_skip(device: torch.device) -> str:
+    """Why the float8 case cannot run here ("" if it can): CUDA's float8 matmuls need compute capability 8.9."""
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+        return f"float8 matmuls need compute capability 8.9 or above, {torch.cuda.get_device_capability(device)} here"
+    return ""
+
+
+def check_case(plan: str, kind: str, device: torch.device) -> dict:
+    """This rank's findings for one case: sync ops seen by the dispatch mode; CUDA sync-debug warnings and error."""
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     torch.manual_seed(0)
-    model = parallelize_llama(Transformer(ARGS).to(device), mesh, plan)
+    model = Transformer(ARGS)
+    if kind == "float8":
+        from tensorplay_edu.float8 import convert_to_float8_training
+        model = convert_to_float8_training(model, module_filter_fn=lambda mod, fqn: fqn != "output")
+    model = parallelize_llama(model.to(device, torch.bfloat16), mesh, plan, float8=kind == "float8")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     tokens = torch.randint(0, ARGS.vocab_size, (2, ARGS.max_seq_len), generator=torch.Generator().manual_seed(1))
     tokens = tokens.to(device)
     labels = tokens.roll(-1, dims=1)
+    fused = (lambda: async_tp.enable_async_tp(mesh)) if kind == "async" else contextlib.nullcontext
 
     def step():
         with loss_context(plan):
-            loss = llama_loss(model(tokens), labels)
-        loss.backward()
-        return loss
+            with fused():
+                out = model(tokens)
+            loss = llama_loss(out, labels)
+            loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
 
-    step()  # warm-up: lazy initialisation (cuBLAS handles, NCCL communicators) may synchronise once
-    model.zero_grad(set_to_none=True)
-    found = {"plan": plan, "syncs": {}, "ops": 0, "warnings": [], "error": None, "cuda": device.type == "cuda"}
-    with CountOps() as seen:
+    step()  # warm-up: lazy initialisation (cuBLAS handles, NCCL communicators, AdamW's state) may synchronise once
+    counters = frozenset(s["step"].data_ptr() for s in opt.state.values()
+                         if isinstance(s.get("step"), torch.Tensor) and s["step"].device.type == "cpu")
+    found = {"case": f"{plan} {kind}", "syncs": {}, "ops": 0, "warnings": [], "error": None}
+    with CountOps(counters) as seen:
         step()
     found["syncs"] = {op: n for op, n in seen.ops.items() if op in SYNCS}
     found["ops"] = sum(seen.ops.values())
-    model.zero_grad(set_to_none=True)
     if device.type == "cuda":
         torch.cuda.synchronize()  # the queue is empty; what follows is the step alone
         with warnings.catch_warnings(record=True) as caught:
@@ -89,7 +121,6 @@ def check_plan(plan: str, device: torch.device) -> dict:
             finally:
                 torch.cuda.set_sync_debug_mode(0)
         found["warnings"] = [_first_line(w.message) for w in caught if "synchroniz" in str(w.message).lower()]
-        model.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")
         try:
@@ -104,25 +135,29 @@ def check_plan(plan: str, device: torch.device) -> dict:
 
 def main() -> None:
     device, world, rank = current_device(), dist.get_world_size(), dist.get_rank()
-    mine = [check_plan(plan, device) for plan in PLANS]
+    skip = float8_skip(device)
+    cases = [(plan, kind) for plan, kind in CASES if not (kind == "float8" and skip)]
+    mine = [check_case(plan, kind, device) for plan, kind in cases]
     everyone = [None] * world
     dist.all_gather_object(everyone, mine)  # plain torch.distributed: the report's bookkeeping
     bad = []
     for r, findings in enumerate(everyone):
         for f in findings:
             if f["syncs"]:
-                bad.append(f"rank {r} {f['plan']}: {f['syncs']} (dispatch mode)")
+                bad.append(f"rank {r} {f['case']}: {f['syncs']} (dispatch mode)")
             if f["ops"] < 100:
-                bad.append(f"rank {r} {f['plan']}: only {f['ops']} aten ops seen: the step did not run under the mode")
+                bad.append(f"rank {r} {f['case']}: only {f['ops']} aten ops seen: the step did not run under the mode")
             if f["warnings"]:
-                bad.append(f"rank {r} {f['plan']}: {len(f['warnings'])} sync-debug warning(s), first: "
+                bad.append(f"rank {r} {f['case']}: {len(f['warnings'])} sync-debug warning(s), first: "
                            f"{f['warnings'][0]}")
             if f["error"]:
-                bad.append(f"rank {r} {f['plan']}: sync-debug error: {f['error']}")
+                bad.append(f"rank {r} {f['case']}: sync-debug error: {f['error']}")
     if rank == 0:
         config = dist.get_backend_config()
-        ops = ", ".join(f"{f['plan']} {f['ops']}" for f in everyone[0])
+        ops = ", ".join(f"{f['case']} {f['ops']}" for f in everyone[0])
         print(f"{world} rank(s) on {device.type} ({config}); rank 0's aten ops per checked step: {ops}")
+        if skip:
+            print(f"SKIP the float8 case: {skip}")
         for line in bad:
             print("  " + line)
         if device.type == "cuda":
@@ -132,8 +167,8 @@ def main() -> None:
             print(f"SKIP CUDA sync-debug mode (torch.cuda.set_sync_debug_mode): the ranks run on {device.type}, "
                   "no CUDA device; host syncs counted with a TorchDispatchMode only")
             cuda_part = "CUDA sync-debug mode skipped (no CUDA device)"
-        what = (f"a training step (forward, loss, backward) of the {' and '.join(PLANS)} plans "
-                f"on {world} {device.type} rank(s)")
+        what = (f"a training step (forward, loss, backward, AdamW) of {', '.join(f['case'] for f in everyone[0])} "
+                f"on {world} {device.type} rank(s) ({config})")
         if bad:
             print(f"FAIL host syncs: {len(bad)} finding(s) in {what}; {cuda_part}", flush=True)
         else:

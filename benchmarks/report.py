@@ -1,10 +1,14 @@
-"""Render the benchmark table: benchmarks/results.md and benchmarks/results.png."""
+"""Render the benchmark table: results.md and results.png in the folder bench.py chose (benchmarks/ for a full run)."""
 
 from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import textwrap
+import time
+
+import torch
 
 # Targets of issue 5: step time ours / PyTorch per config; of issue 13: ours / the hand-written floor.
 TARGET_RATIO = {"small": 0.7, "medium": 1.0}
@@ -23,8 +27,26 @@ def _counts(c: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(c.items())) or "-"
 
 
+def provenance(quick: bool) -> str:
+    """Which run made the tables: full or --quick, the commit (and whether the tree had other changes), the date,
+    torch, the cores."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    commit = git("rev-parse", "--short=7", "HEAD") or "unknown"
+    changed = [line for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
+               if not line[3:].startswith("benchmarks/results.")]
+    run = "`python benchmarks/bench.py --quick`" if quick else "`make bench` (full run)"
+    return (f"Run: {run} on commit {commit}{' with uncommitted changes' if changed else ''}, "
+            f"{time.strftime('%Y-%m-%d', time.gmtime())}, torch {torch.__version__}, {os.cpu_count()} cores.")
+
+
 def render(table: list[dict], quick: bool, folder: str) -> str:
-    lines = ["# Benchmark: one training step of the small Llama (AdamW), CPU, gloo", "",
+    lines = ["# Benchmark: one training step of the small Llama (AdamW), CPU, gloo", "", provenance(quick), "",
              "Median step time of the slowest rank; collectives of one step (ours from tensorplay_edu's",
              "CommDebugMode, PyTorch's from its CommDebugMode); bytes each rank sends in all-gathers and",
              "reduce-scatters, counted the same ring way for both (PyTorch's all-reduces are not visible",
@@ -107,9 +129,9 @@ def floor_section(table: list[dict]) -> list[str]:
                      f"{max(floor):.2f} | <= {TARGET_FLOOR} {'met' if mid <= TARGET_FLOOR else 'MISSED'} | "
                      f"{torch_mid} | {torch_span} |")
     lines += ["", f"Floor targets met: {sum(met)} of {len(met)}. The hand-written model issues the same collectives "
-              "as ours but one: under the full plan it sums the norm weights' partial gradients in one bucket after "
-              "backward, where ours all-reduces each as it arrives (2L + 1 small all-reduces; whole before DDP's "
-              "hooks read it).", ""]
+              "as ours: under the full plan both sum the norm weights' partial gradients in one bucket per step (hand's "
+              "`finish_grads`; ours `bucket_partial_grads(model, opt)`, made whole in `opt.step()`), where ours by "
+              "default all-reduces each as it arrives (2L + 1 small all-reduces, `.grad` whole at once).", ""]
     return lines
 
 
@@ -198,7 +220,7 @@ def float8_section(table: list[dict]) -> list[str]:
                      f"process: {_span(singles)} times), while the bytes moved fall: the casts, the amax all-reduces "
                      "and `torch._scaled_mm` on a CPU cost about what the smaller transfers save.")
     notes.append(time_note + " Whether float8 pays is a GPU question (float8 tensor cores, NCCL): the GPU figures "
-                 "come from `make gpu-check` (check d2: the bf16 model with `--float8` against ours in bf16).")
+                 "come from `make gpu-check` (check d2: the bf16 model with the float8 styles, beside d1, ours in bf16).")
     lines.append("")
     for note in notes:
         lines += [textwrap.fill(note, 110, break_long_words=False, break_on_hyphens=False), ""]
@@ -325,8 +347,8 @@ def async_section(table: list[dict]) -> list[str]:
                  "host only queues both. What the GPU path needs to gain is a matmul per ring step long enough to hide "
                  "one chunk's transfer (b * s/t rows: large batches and sequences), and NCCL's kernels leaving the "
                  "matmuls enough SMs (PyTorch's own async TP moves the chunks with copy engines through symmetric "
-                 "memory for that reason): `make gpu-check` check d3 measures ours bf16, full plan, sync against "
-                 "`--async-tp`.")
+                 "memory for that reason): `make gpu-check` check d3 measures ours bf16, full plan, with async TP, "
+                 "beside d1 (synchronous), and e3 compares their losses.")
     lines.append("")
     for note in notes:
         lines += [textwrap.fill(note, 110, break_long_words=False, break_on_hyphens=False), ""]

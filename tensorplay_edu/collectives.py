@@ -7,7 +7,8 @@ call these: they are the only places in the package that communicate.  Each one
 * moves the chosen dim to the front, because the flat collectives concatenate on dim 0;
 * pads every rank's block to ``ceil(n / t)`` rows, because gloo rejects unequal sizes,
   and trims the padding off the result;
-* records itself in any active :class:`~tensorplay_edu.debug.CommDebugMode`;
+* records itself in any active :class:`~tensorplay_edu.debug.CommDebugMode`, and is checked
+  first by any active :class:`~tensorplay_edu.nccl_rules.NCCLRulesMode` (NCCL's rules);
 * never writes into its input (autograd may have saved it), and runs under ``no_grad``:
   gradients are the business of the autograd Function that calls it.
 
@@ -26,7 +27,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from . import debug
+from . import debug, nccl_rules
 
 # torch 2.13 renamed the flat collectives; older releases only have the old names.
 _all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -39,6 +40,11 @@ FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 def _wire(x: torch.Tensor) -> torch.Tensor:
     """What the backend moves: a float8 tensor's bytes as uint8 (a view, no copy)."""
     return x.view(torch.uint8) if x.dtype in FLOAT8 else x
+
+
+def _cat(parts: list[torch.Tensor], dim: int) -> torch.Tensor:
+    """``torch.cat``, float8 through its bytes (CUDA concatenates float8 only from torch 2.6; byte 0 is +0.0)."""
+    return torch.cat([_wire(p) for p in parts], dim=dim).view(parts[0].dtype)
 
 
 def _no_float8_sum(x: torch.Tensor, op: str) -> None:
@@ -73,17 +79,18 @@ def all_gather(x: torch.Tensor, dim: int, sizes: list[int], group) -> torch.Tens
     before, rows, after = _three_d(x, dim)
     block = x.reshape(before, rows, after)  # [before, n/t, after]
     if rows < c:  # uneven: pad this rank's block to c rows (gloo wants equal sizes)
-        block = torch.cat([block, block.new_zeros(before, c - rows, after)], dim=1)
+        block = _cat([block, _wire(block).new_zeros(before, c - rows, after)], dim=1)
     even = c * t == sum(sizes)
     # [t*before, c, after]; when before == 1 and no padding that is already the result's memory layout
     out = block.new_empty(full_shape if even and before == 1 else (t * before, c, after))
+    nccl_rules.check("all_gather", group, block, out, detail=f"chunks {sizes}", shape=x.shape)
     _all_gather_flat(_wire(out.view(t * before, c, after)), _wire(block.contiguous()), group=group)
     debug.record("all_gather", full_shape, x.dtype, t, (t - 1) * before * c * after * x.element_size(), group)
     if even and before == 1:
         return out
     out = out.view(t, before, c, after)
     if not even:  # drop each block's padding
-        return torch.cat([out[r, :, : sizes[r]] for r in range(t)], dim=1).view(full_shape)  # [before, n, after]
+        return _cat([out[r, :, : sizes[r]] for r in range(t)], dim=1).view(full_shape)  # [before, n, after]
     return out.permute(1, 0, 2, 3).reshape(full_shape)  # one copy, [before, t*c, after]; not a view of a buffer
 
 
@@ -104,6 +111,7 @@ def reduce_scatter(x: torch.Tensor, dim: int, sizes: list[int], rank: int, op, g
         blocks = torch.cat([blocks, blocks.new_zeros(before, t * c - rows, after)], dim=1)
     send = blocks.view(before, t, c, after).transpose(0, 1).contiguous()  # [t, before, c, after]
     out = send.new_empty((before, c, after))  # [before, c, after]
+    nccl_rules.check("reduce_scatter", group, send, out, reduce=op, detail=f"chunks {sizes}", shape=x.shape)
     _reduce_scatter_flat(out.view(before * c, after), send.view(t * before * c, after), op=op, group=group)
     debug.record("reduce_scatter", x.shape, x.dtype, t, (t - 1) * before * c * after * x.element_size(), group)
     local_shape = list(x.shape)
@@ -119,6 +127,7 @@ def all_reduce(x: torch.Tensor, op, group) -> torch.Tensor:
     if t == 1 or x.numel() == 0:
         return x
     out = x.contiguous().clone()
+    nccl_rules.check("all_reduce", group, out, reduce=op)
     dist.all_reduce(out, op=op, group=group)
     debug.record("all_reduce", x.shape, x.dtype, t, 2 * (t - 1) * -(-x.numel() // t) * x.element_size(), group)
     return out
@@ -143,6 +152,8 @@ def all_to_all(x: torch.Tensor, src_dim: int, dst_dim: int, src_sizes: list[int]
     padded = _pad_rows(padded.movedim(dst_dim, 0), t * cd).movedim(0, dst_dim)
     send = torch.stack(padded.split(cd, dim=dst_dim)).contiguous()  # [t, ..cs.., ..cd..]
     recv = torch.empty_like(send)
+    nccl_rules.check("all_to_all", group, send, recv, detail=f"chunks {src_sizes} -> {dst_sizes}",
+                     shape=x.shape)
     dist.all_to_all_single(recv, send, group=group)
     pieces = [recv[i].narrow(src_dim, 0, src_sizes[i]) for i in range(t)]
     out = torch.cat(pieces, dim=src_dim).narrow(dst_dim, 0, dst_sizes[rank]).contiguous()
@@ -170,6 +181,7 @@ def ring_shift(x: torch.Tensor, recv_shape, rank: int, group) -> RingStep:
     t = dist.get_world_size(group)
     after, before = dist.get_global_rank(group, (rank + 1) % t), dist.get_global_rank(group, (rank - 1) % t)
     sending, arriving = x.contiguous(), x.new_empty(recv_shape)
+    nccl_rules.check("ring_shift", group, sending, recv=arriving.shape)
     works = dist.batch_isend_irecv([dist.P2POp(dist.isend, _wire(sending), after, group),
                                     dist.P2POp(dist.irecv, _wire(arriving), before, group)])
     return RingStep(works, sending, arriving)
@@ -182,6 +194,7 @@ def broadcast(x: torch.Tensor, src: int, group) -> torch.Tensor:
     if t == 1 or x.numel() == 0:
         return x
     out = x.contiguous().clone()
+    nccl_rules.check("broadcast", group, out, detail=f"src {src}")
     dist.broadcast(out, src=dist.get_global_rank(group, src) if group is not None else src, group=group)
     debug.record("broadcast", x.shape, x.dtype, t, out.numel() * out.element_size(), group)
     return out
@@ -205,6 +218,7 @@ def scatter(full: torch.Tensor | None, like: torch.Tensor, dim: int, sizes: list
     if rank == src:
         front = _pad_rows(full.movedim(dim, 0), t * c)
         chunks = [piece.contiguous() for piece in front.split(c)]
+    nccl_rules.check("scatter", group, out, chunks, detail=f"src {src} chunks {sizes}", shape=like.shape)
     dist.scatter(out, chunks, src=dist.get_global_rank(group, src), group=group)
     debug.record("scatter", like.shape, like.dtype, t, (t - 1) * out.numel() * out.element_size(), group)
     return out[: sizes[rank]].movedim(0, dim).contiguous()

@@ -26,6 +26,10 @@ collective (gloo rejects unequal sizes): the bytes are what really moves.
 
 PyTorch's ``DistributedDataParallel`` issues its own all-reduces; :func:`ddp_comm_hook`
 (``ddp_model.register_comm_hook(group, ddp_comm_hook)``) records them here too.
+
+To check every collective against NCCL's rules (the same op, dtype and size on every rank of a
+group, in the same order) rather than only count it: :class:`tensorplay_edu.nccl_rules.NCCLRulesMode`
+(or ``TENSORPLAY_CHECK_NCCL=1``); it sees the DDP buckets of :func:`ddp_comm_hook` too.
 """
 
 from __future__ import annotations
@@ -98,8 +102,11 @@ def ddp_comm_hook(group, bucket):
     bucket (averaged over ``group``), recorded as ``backward`` of module ``"DDP"``."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
+    from . import nccl_rules  # (imported here: nccl_rules imports this module)
+
     flat, t = bucket.buffer(), dist.get_world_size(group)
     with backward_scope("DDP"):
+        nccl_rules.check("all_reduce", group, flat, reduce=dist.ReduceOp.SUM)  # PyTorch's collective, checked too
         record("all_reduce", flat.shape, flat.dtype, t, 2 * (t - 1) * -(-flat.numel() // t) * flat.element_size(),
                group)
     return allreduce_hook(group, bucket)

@@ -6,9 +6,12 @@ model, and show that they stay equal.
     python -m tensorplay_edu.demo --world 4 --dp 2         # DP x TP: PyTorch's DDP over 2 TP groups of 2
     python -m tensorplay_edu.demo --transitions            # the transition table, move by move
     torchrun --nproc-per-node 2 -m tensorplay_edu.demo     # the same code under torchrun (NCCL on GPUs)
+    torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint HOST:29500 --rdzv-id demo \\
+        -m tensorplay_edu.demo --dp 2                      # on each of 2 nodes: DP across them, TP inside
 
-Prints the largest loss difference, the collectives of one training step and each rank's
-parameter bytes; exits with status 1 if the parallel run leaves the single-device one.
+Prints the largest loss difference, the collectives of one training step, each rank's
+parameter bytes, and each rank's node with the TP groups (each must lie inside one node);
+exits with status 1 if the parallel run leaves the single-device one.
 With ``--dp D`` the ranks form a (D, world/D) mesh: the model is parallelized over
 ``mesh["tp"]`` and wrapped in PyTorch's ``DistributedDataParallel`` over ``mesh["dp"]``;
 each DP group trains on its share of the batch and the single device on all of it.
@@ -29,7 +32,7 @@ from . import demo_transitions
 from .debug import CommDebugMode, ddp_comm_hook
 from .launcher import launch
 from .torchrun import current_device, run_from_env
-from .mesh import init_device_mesh
+from .mesh import init_device_mesh, mesh_groups
 from .models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
 
 ARGS = ModelArgs(dim=64, n_layers=2, n_heads=8, vocab_size=256, max_seq_len=32)
@@ -73,9 +76,11 @@ def train(plan: str, steps: int, dtype_name: str, dp: int = 1) -> dict:
             ref_opt.zero_grad()
             ref_losses.append(ref_loss.item())
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    node = int(os.environ.get("GROUP_RANK", "0"))  # torchrun's node index (launch: one node, 0)
     everyone = [None] * world
-    dist.all_gather_object(everyone, param_bytes)  # plain torch.distributed: the report's bookkeeping
-    return {"losses": losses, "ref_losses": ref_losses, "table": table, "param_bytes": everyone,
+    dist.all_gather_object(everyone, (param_bytes, node))  # plain torch.distributed: the report's bookkeeping
+    return {"losses": losses, "ref_losses": ref_losses, "table": table, "param_bytes": [b for b, _ in everyone],
+            "nodes": [n for _, n in everyone], "tp_groups": mesh_groups(mesh.mesh, 1),
             "ref_bytes": sum(p.numel() * p.element_size() for p in reference.parameters())}
 
 
@@ -92,6 +97,10 @@ def report(result: dict, world: int, plan: str, dtype_name: str, dp: int = 1) ->
           + result["table"])
     print("\nParameter bytes: single device {:,}; per rank {}".format(
         result["ref_bytes"], ", ".join(f"{b:,}" for b in result["param_bytes"])))
+    nodes, groups = result["nodes"], result["tp_groups"]
+    inside = all(len({nodes[r] for r in group}) == 1 for group in groups)
+    print(f"Node of each rank (torchrun's GROUP_RANK): {nodes}; TP groups {groups}: "
+          f"{'each inside one node' if inside else 'SOME SPAN NODES'}")
     ok = worst <= TOLERANCE[dtype_name] and losses[-1] < losses[0]
     print(f"\ncheck against the single-device model: {'OK' if ok else 'FAIL'} "
           f"(tolerance {TOLERANCE[dtype_name]:.0e}, and the loss must fall)")

@@ -43,6 +43,8 @@ How :func:`launch` avoids the known failure modes:
 * **prints**: each rank's stdout and stderr (Python and C level) go to a file; the
   parent prints them after the run, rank by rank, each line prefixed ``[rank r]``, so
   notebook cells are never garbled.
+* **NCCL's rules**: with ``TENSORPLAY_CHECK_NCCL=1`` in the parent's environment each rank
+  checks them (:mod:`tensorplay_edu.nccl_rules`): a mismatch is a clear error, not a hang.
 * **exit**: each rank ends with barrier -> ``destroy_process_group`` -> flush ->
   ``os._exit``, which avoids gloo's abort at interpreter exit (pytorch/pytorch#190489).
 
@@ -75,6 +77,7 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
+from . import nccl_rules
 from .launch_faults import _GRACE, _IDLE_EXTRA, RankError, _IdleWatch, _kind, _rank_error, _read
 from .torchrun import current_device, finish, init_from_env, run_from_env  # noqa: F401  (re-exported)
 
@@ -192,9 +195,10 @@ def _watch_parent(alive, folder: str) -> None:
 
 
 def _rank_main(payload: bytes, rank: int, world_size: int, store_path: str, backend: str, timeout: float,
-               threads: int, conn, log_path: str, alive=None) -> None:
+               threads: int, conn, log_path: str, alive=None, check_nccl: dict | None = None) -> None:
     """Entry point of one launched rank (runs in the child process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it kills every rank
+    check_nccl = check_nccl or {}
     if alive is not None:
         _watch_parent(alive, os.path.dirname(store_path))
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -204,7 +208,7 @@ def _rank_main(payload: bytes, rank: int, world_size: int, store_path: str, back
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     torch.set_num_threads(threads)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE=str(world_size))
+                      LOCAL_WORLD_SIZE=str(world_size), **check_nccl)
     try:
         fn, args = cloudpickle.loads(payload)
         wait = timedelta(seconds=timeout)
@@ -215,6 +219,7 @@ def _rank_main(payload: bytes, rank: int, world_size: int, store_path: str, back
             torch.cuda.set_device(extra["device_id"])
             backend = "cpu:gloo,cuda:nccl"  # CPU meshes keep working beside the GPU ones
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=wait, **extra)
+        nccl_rules.from_env(min(30.0, timeout / 2))  # the parent's TENSORPLAY_CHECK_NCCL (set above)
         result = fn(*args)
         try:
             blob = cloudpickle.dumps(_plain(result))
@@ -261,6 +266,8 @@ def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float
         raise RuntimeError(f"launch(backend='nccl') needs {world_size} CUDA devices, found {found}: "
                            "use backend='gloo' on the CPU")
     ctx = _context(start_method)
+    # the forkserver's environment is from when it started: the switch travels explicitly
+    check_nccl = {k: os.environ.get(k, "") for k in (nccl_rules.ENV, nccl_rules.ENV_TIMEOUT)}
     payload = _dumps((fn, args))
     logdir = tempfile.mkdtemp(prefix="tensorplay_ranks_")  # rendezvous file and rank logs
     store_path = os.path.join(logdir, "rendezvous")
@@ -273,7 +280,7 @@ def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float
                 recv, send = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_rank_main, name=f"tensorplay-rank{r}", daemon=True,
                                 args=(payload, r, world_size, store_path, backend, timeout, threads, send, logs[r],
-                                      alive))
+                                      alive, check_nccl))
                 p.start()
                 send.close()
                 procs.append(p)

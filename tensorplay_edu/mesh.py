@@ -6,21 +6,29 @@ and {0, 2}, {1, 3} in data-parallel groups; ``mesh["tp"]`` is this rank's row.
 
 Every rank must build the same mesh in the same order: creating a process group is
 itself a collective over the default group.
+
+On several nodes (``torchrun --nnodes N``) the ranks of one node are consecutive: node ``k``
+holds ranks ``k * LOCAL_WORLD_SIZE`` to ``(k + 1) * LOCAL_WORLD_SIZE - 1``. The mesh is filled
+row by row, so its **last** dimension holds consecutive ranks: name it ``"tp"`` and give it a
+size that divides ``LOCAL_WORLD_SIZE``, and every TP group stays inside a node, on NVLink.
+:func:`tp_across_nodes` says when a mesh breaks that rule (the mesh warns).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import warnings
 
 import torch
 import torch.distributed as dist
 
 from .torchrun import backends, init_from_env
 
-__all__ = ["DeviceMesh", "init_device_mesh", "get_current_mesh"]
+__all__ = ["DeviceMesh", "init_device_mesh", "get_current_mesh", "mesh_groups", "tp_across_nodes"]
 
 _MESH_STACK: list["DeviceMesh"] = []
+_WARNED: set[str] = set()  # each node-layout warning once per process
 
 
 def get_current_mesh() -> "DeviceMesh | None":
@@ -43,6 +51,22 @@ def _ensure_default_group(device_type: str, world_size: int) -> None:
             "tensorplay_edu.launch(fn, world_size) or `torchrun --nproc-per-node N`, "
             "then build the mesh inside each rank"
         )
+
+
+def _check_cuda(device_type: str, what: str) -> None:
+    """A CUDA mesh needs a CUDA device here: say so, and how to fix it, before anything starts
+    (without the check, picking this rank's GPU would divide by a device count of 0)."""
+    if device_type != "cuda":
+        return
+    available = torch.cuda.is_available()
+    if not available or torch.cuda.device_count() == 0:
+        build = (f"this PyTorch ({torch.__version__}) is a CPU-only build" if torch.version.cuda is None
+                 else f"this PyTorch is built for CUDA {torch.version.cuda} but sees no GPU")
+        raise RuntimeError(
+            f"{what}: this machine has no CUDA device (torch.cuda.is_available() is {available}, "
+            f"{torch.cuda.device_count() if available else 0} device(s); {build}). Build the mesh "
+            "with 'cpu' (gloo runs every collective on the CPU), or run on a GPU machine with a CUDA build of "
+            "PyTorch (pip install torch from the CUDA index: https://pytorch.org/get-started/locally/)")
 
 
 def _check_backend(device_type: str) -> None:
@@ -72,6 +96,64 @@ def _default_group_timeout():
     return None  # PyTorch's default
 
 
+def mesh_groups(mesh: torch.Tensor, dim: int) -> list[list[int]]:
+    """The groups of ranks along ``dim``: for ``[[0, 1], [2, 3]]``, dim 1 gives the rows
+    ``[[0, 1], [2, 3]]`` and dim 0 the columns ``[[0, 2], [1, 3]]``."""
+    mesh = torch.as_tensor(mesh)
+    return mesh.movedim(dim, -1).reshape(-1, mesh.size(dim)).tolist()
+
+
+def _tp_dim(ndim: int, mesh_dim_names) -> int | None:
+    """The dimension named ``"tp"``; with no names, the last; None if names are given without "tp"."""
+    if mesh_dim_names is None:
+        return ndim - 1
+    return mesh_dim_names.index("tp") if "tp" in mesh_dim_names else None
+
+
+def tp_across_nodes(mesh, mesh_dim_names=None, local_world_size: int | None = None) -> str | None:
+    """Why this mesh's TP groups leave a node, or None when each lies inside one (or nothing says).
+
+    The TP dimension is the one named ``"tp"``, or the last one when the mesh has no names (names
+    without ``"tp"``: no TP dimension, nothing to check). ``local_world_size`` (ranks per node)
+    defaults to torchrun's ``LOCAL_WORLD_SIZE``; with neither, or with one node only, there is
+    nothing to check. Rank ``r`` is on node ``r // local_world_size``, as torchrun numbers the
+    ranks of nodes with equal ``--nproc-per-node``.
+    """
+    mesh = torch.as_tensor(mesh)
+    if local_world_size is None:
+        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
+    dim = _tp_dim(mesh.ndim, mesh_dim_names)
+    if local_world_size <= 0 or dim is None or int(mesh.max()) < local_world_size:
+        return None  # one node (or unknown): every group is inside it
+    for group in mesh_groups(mesh, dim):
+        nodes = sorted({r // local_world_size for r in group})
+        if len(nodes) > 1:
+            which = f"'tp' (dim {dim})" if mesh_dim_names else f"the last (dim {dim}, taken as TP)"
+            return (f"the mesh {tuple(mesh.shape)}'s TP dimension {which} puts ranks {group} in one TP group, but "
+                    f"they sit on nodes {nodes} (LOCAL_WORLD_SIZE={local_world_size} ranks per node, node = rank // "
+                    f"{local_world_size})")
+    return None
+
+
+def _warn_if_tp_across_nodes(mesh: torch.Tensor, mesh_dim_names) -> None:
+    """Warn (once per process, on the mesh's first rank: one warning per job, not one per rank)
+    when a TP group spans nodes; :func:`init_device_mesh` says why a warning and not an error."""
+    reason = tp_across_nodes(mesh, mesh_dim_names)
+    if reason is None or reason in _WARNED:
+        return
+    if dist.is_initialized() and dist.get_rank() != int(mesh.flatten()[0]):
+        return
+    _WARNED.add(reason)
+    per_node = int(os.environ["LOCAL_WORLD_SIZE"])
+    warnings.warn(
+        f"DeviceMesh: {reason}. TP runs collectives in every layer, forward and backward: its traffic belongs on "
+        f"NVLink inside a node (450 GB/s each way on an H100), and the links between nodes are ~9x slower "
+        f"(50 GB/s per GPU over 400 Gb/s InfiniBand). Fix: make 'tp' the last dimension with a size that divides "
+        f"{per_node}, e.g. init_device_mesh(..., ({mesh.numel() // per_node}, {per_node}), mesh_dim_names=('dp', "
+        "'tp')); if that dimension is not tensor-parallel, name the dimensions without 'tp' (mesh_dim_names)",
+        UserWarning, stacklevel=4)
+
+
 class DeviceMesh:
     """An n-D grid of global ranks with one process group per dimension.
 
@@ -99,6 +181,7 @@ class DeviceMesh:
             self._groups = list(_groups)
             self._coordinate = self._find_coordinate()
             return
+        _check_cuda(device_type, f"DeviceMesh('cuda', {self.mesh.tolist()})")
         _ensure_default_group(device_type, self.mesh.numel())
         _check_backend(device_type)
         world = dist.get_world_size()
@@ -107,6 +190,7 @@ class DeviceMesh:
             raise ValueError(f"mesh {self.mesh.tolist()} must hold distinct ranks in 0..{world - 1}")
         self._coordinate = self._find_coordinate()
         self._groups = [self._make_group(d) for d in range(self.mesh.ndim)]
+        _warn_if_tp_across_nodes(self.mesh, mesh_dim_names)
 
     def _find_coordinate(self) -> tuple[int, ...]:
         hits = (self.mesh == dist.get_rank()).nonzero()
@@ -118,9 +202,8 @@ class DeviceMesh:
         """The group along ``dim`` holding this rank (every rank creates every group)."""
         if self.mesh.ndim == 1 and self.mesh.tolist() == list(range(dist.get_world_size())):
             return dist.group.WORLD
-        lines = self.mesh.movedim(dim, -1).reshape(-1, self.mesh.size(dim))
         mine, timeout = None, _default_group_timeout()
-        for line in lines.tolist():
+        for line in mesh_groups(self.mesh, dim):
             group = dist.new_group(line, timeout=timeout)
             if dist.get_rank() in line:
                 mine = group
@@ -202,13 +285,22 @@ def init_device_mesh(device_type: str, mesh_shape, *, mesh_dim_names: tuple[str,
     """A mesh of ``prod(mesh_shape)`` ranks laid out row-major: ranks 0..n-1.
 
     Starts the default process group first if nothing has (from torchrun's environment,
-    or a one-rank group for a one-rank mesh).
+    or a one-rank group for a one-rank mesh). ``"cuda"`` on a machine without a usable GPU is
+    an error naming the fix (``"cpu"``, or a CUDA build of PyTorch on a GPU machine), before any
+    process group starts.
+
+    Row-major puts consecutive ranks, the ranks of one node under torchrun, in the last
+    dimension: ``(dp, tp)`` keeps TP inside a node. When ``LOCAL_WORLD_SIZE`` says there are
+    several nodes and a TP group (the dimension named ``"tp"``, or the last) would span them, the
+    mesh warns once, with the reason (:func:`tp_across_nodes`) and the fix. TP's collectives run
+    in every layer and belong on NVLink; the links between nodes are ~9x slower. A warning, not
+    an error: the results stay right (only slower), some systems join the GPUs of several hosts
+    in one NVLink domain (GB200 NVL72), and a mesh built to measure the slow case must stay
+    possible. (PyTorch's own ``init_device_mesh`` does not check at all.)
     """
     mesh_shape = tuple(mesh_shape)
     n = math.prod(mesh_shape)
-    if device_type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"init_device_mesh('cuda', {mesh_shape}): this machine has no CUDA device "
-                           "(torch.cuda.is_available() is False): build the mesh with 'cpu' (gloo)")
+    _check_cuda(device_type, f"init_device_mesh('cuda', {mesh_shape})")
     _ensure_default_group(device_type, n)
     if n != dist.get_world_size():
         raise ValueError(

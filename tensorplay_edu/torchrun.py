@@ -18,6 +18,8 @@ Which backend (:func:`choose_backend`):
 
 The timeout is PyTorch's 10 minutes (a rank loading a checkpoint while the others wait
 in a collective must not be killed), and NCCL is told its device (``device_id``) up front.
+With ``TENSORPLAY_CHECK_NCCL=1`` every rank then checks NCCL's rules
+(:class:`~tensorplay_edu.nccl_rules.NCCLRulesMode`) for the rest of its life.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+from . import nccl_rules
 
 __all__ = ["choose_backend", "backends", "current_device", "init_from_env", "run_from_env", "finish"]
 
@@ -72,6 +76,8 @@ def current_device() -> torch.device:
 def finish(code: int) -> None:
     """The ending that never aborts: barrier, destroy, flush, ``os._exit``."""
     if code == 0 and dist.is_initialized():
+        if nccl_rules.summary():  # TENSORPLAY_CHECK_NCCL=1 and nothing raised
+            print(nccl_rules.summary())
         try:
             dist.barrier()
             dist.destroy_process_group()
@@ -95,6 +101,7 @@ def init_from_env(timeout: float = 600.0, backend: str | None = None) -> torch.d
             extra["device_id"] = torch.device("cuda", local_rank)  # NCCL knows its device from the start
             torch.cuda.set_device(extra["device_id"])
         dist.init_process_group(config, timeout=timedelta(seconds=timeout), **extra)
+        nccl_rules.from_env()  # TENSORPLAY_CHECK_NCCL=1: check NCCL's rules from here on
     return current_device()
 
 

@@ -111,10 +111,11 @@ def checkpointed_dropout() -> tuple[list[str], int]:
 
 
 
-def fsdp2_over_dp(plan: str, steps: int = 3) -> tuple[list[str], int]:
+def fsdp2_over_dp(plan: str, steps: int = 3, bucket: bool = False) -> tuple[list[str], int]:
     """PyTorch's FSDP2 (fully_shard) over mesh["dp"] of a (dp, tp) mesh, on the model parallelized
     over mesh["tp"]: losses, gradient norms, every clipped gradient, weights after AdamW steps, and
-    the state-dict round trip against one process on the whole batch."""
+    the state-dict round trip against one process on the whole batch.  ``bucket``: the norms'
+    partial gradients in one bucket (bucket_partial_grads), made whole by clip_grad_norm_."""
     from torch.distributed.device_mesh import DeviceMesh as TorchDeviceMesh
     from torch.distributed.fsdp import fully_shard
 
@@ -134,6 +135,9 @@ def fsdp2_over_dp(plan: str, steps: int = 3) -> tuple[list[str], int]:
     fully_shard(model, mesh=torch_dp)
     attach_layouts(model)  # fully_shard made new parameters: give them their tensor-parallel layouts again
     opt, opt_ref = (torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, ref))
+    if bucket:
+        from tensorplay_edu.parallel import bucket_partial_grads
+        bucket_partial_grads(model, opt)
     tokens = torch.randint(0, 40, (2 * dp, 8), generator=torch.Generator().manual_seed(1))
     mine = chunk(tokens, 0, dp, mesh.get_local_rank("dp"))
     fails, n = [], 0
@@ -142,7 +146,7 @@ def fsdp2_over_dp(plan: str, steps: int = 3) -> tuple[list[str], int]:
         nonlocal n
         n += 1
         if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-9, atol=1e-11):
-            fails.append(f"FSDP2 {plan}: {what}")
+            fails.append(f"FSDP2 {plan} bucket={bucket}: {what}")
 
     for step in range(steps):
         with loss_context(plan):

@@ -49,7 +49,7 @@ def test_the_report_has_the_float8_table_and_keeps_the_main_one(tmp_path, monkey
     assert "## Float8 tensorwise tensor parallelism" in text
     assert "| small | full | 2 | 100 / 150 | 300 | 200 | 1.50 |" in text and "| 100 / 400 | 0.25 | 50% |" in text
     prose = " ".join(text.split())  # the notes are wrapped
-    assert "costs more time than it saves" in prose and "`make gpu-check` (check d2" in prose
+    assert "costs more time than it saves" in prose and "`make gpu-check` (check d2" in prose and "beside d1" in prose
     assert report.float8_section([r for r in table if "float8" not in r["impl"]]) == []  # an old table: no section
 
 
@@ -160,3 +160,32 @@ def test_the_loss_alone_is_timed_against_the_floor(tmp_path, monkeypatch):
               "ratios": [1.1, 1.3, 1.0]}]
     text = report.render(table, True, str(tmp_path))
     assert "| medium | 2 | 3 | 100.0 | 110.0 | 1.10 | 1.00 to 1.30 | <= 1.2 met |" in text
+
+
+def test_a_quick_run_leaves_the_committed_record_alone(tmp_path, monkeypatch):
+    """--quick writes into a fresh temporary folder (or --out), never over benchmarks/results.md / .png; the
+    report's first lines say which run it was and on which commit."""
+    monkeypatch.setattr(report, "_chart", lambda table, path: open(path, "w").close())
+    record = {name: open(os.path.join(BENCH, name), "rb").read() for name in ("results.md", "results.png")}
+    table = [_row("ours", ms=105), _row("torch", ms=150), _row("ours", "gathered"), _row("single", "-", 1, 90)]
+    text = bench.write_report(table, True)
+    folder = text.rsplit("wrote ", 1)[1].split(" and ")[0].rsplit(os.sep, 1)[0]
+    assert os.path.realpath(folder) != os.path.realpath(BENCH) and os.path.exists(os.path.join(folder, "results.md"))
+    assert text.splitlines()[2].startswith("Run: `python benchmarks/bench.py --quick` on commit ")
+    assert bench.write_report(table, True, str(tmp_path)).count(str(tmp_path)) == 1
+    assert (tmp_path / "results.md").read_text().splitlines()[2].startswith("Run: `python benchmarks/bench.py --quick`")
+    assert {name: open(os.path.join(BENCH, name), "rb").read() for name in record} == record
+    assert bench.report_folder(False, None) == bench.HERE  # a full run writes the record
+    full = report.provenance(False)
+    assert full.startswith("Run: `make bench` (full run) on commit ") and f"torch {torch.__version__}" in full
+
+
+def test_the_committed_record_and_the_readme_name_the_same_full_run():
+    """The README's benchmark table is copied from results.md: both name the run and its commit."""
+    root = os.path.dirname(BENCH)
+    run = open(os.path.join(BENCH, "results.md")).read().splitlines()[2]
+    assert run.startswith("Run: `make bench` (full run) on commit "), run
+    commit = run.split(" on commit ")[1].split(",")[0].split()[0]
+    readme = open(os.path.join(root, "README.md")).read()
+    section = readme[readme.index("## Benchmark (`make bench`)"):]
+    assert f"the full run on commit {commit}" in " ".join(section.split()), commit

@@ -60,6 +60,8 @@ def test_checkpointing_recomputes_the_same_sequence_parallel_dropout_masks(world
     _clean(launch(rank_loops.checkpointed_dropout, world_size), at_least=4)
 
 
-@pytest.mark.parametrize("plan", ["vanilla", "full"])
-def test_fsdp2_over_dp_wrapping_tp_trains_like_one_device(plan):
-    _clean(launch(rank_loops.fsdp2_over_dp, 4, plan), at_least=3 * 13 + 12)
+@pytest.mark.parametrize("plan,bucket", [("vanilla", False), ("full", False), ("full", True)])
+def test_fsdp2_over_dp_wrapping_tp_trains_like_one_device(plan, bucket):
+    """bucket: the norms' partial gradients in one bucket (grad_sync.bucket_partial_grads), made whole by
+    clip_grad_norm_ after FSDP2's reduce-scatter over dp (sums commute)."""
+    _clean(launch(rank_loops.fsdp2_over_dp, 4, plan, 3, bucket), at_least=3 * 13 + 12)

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .. import debug
+from .. import debug, nccl_rules
 from ..parallel.style import fqn
 from ..parallel.async_tp import ring_gather, ring_ok_rows, ring_reduce_scatter
 from ..placement import Partial, Replicate, Shard, chunk_offset, chunk_sizes
@@ -75,12 +75,14 @@ def float8_mm(a: torch.Tensor, scale_a, b: torch.Tensor, scale_b, out_dtype: tor
 
     CUDA's float8 kernels want K and N in multiples of 16; a TP shard often is not (a hidden
     size of 688 over 4 ranks: 172), so on a GPU both are zero-padded (``pad_to``; zeros add
-    nothing to the product) and the result trimmed.
+    nothing to the product) and the result trimmed.  Under :class:`~tensorplay_edu.nccl_rules.NCCLRulesMode`
+    the CPU pads the same way, so the checked matmuls are the ones a GPU runs.
     """
     if emulate or out_dtype == torch.float64:  # torchao's emulation: dequantize, multiply, one cast at the end
         wide = torch.float64 if out_dtype == torch.float64 else torch.float32  # never in bf16 / fp16
         return ((a.to(wide) / scale_a.to(wide)) @ (b.to(wide) / scale_b.to(wide))).to(out_dtype)
-    pad_to = pad_to if pad_to is not None else (16 if a.is_cuda else 1)
+    if pad_to is None:  # CUDA's 16, also on the CPU while NCCLRulesMode checks what CUDA would be given
+        pad_to = 16 if a.is_cuda or nccl_rules.active() else 1
     n = b.shape[1]
     a = _pad(a, 1, pad_to)  # [M, K+]
     b = _pad(_pad(b, 0, pad_to), 1, pad_to)  # [K+, N+]
@@ -90,13 +92,18 @@ def float8_mm(a: torch.Tensor, scale_a, b: torch.Tensor, scale_b, out_dtype: tor
 
 
 def _pad(x: torch.Tensor, dim: int, multiple: int) -> torch.Tensor:
-    """``x`` with zeros appended along ``dim`` up to a multiple of ``multiple``."""
+    """``x`` with zeros appended along ``dim`` up to a multiple of ``multiple``.
+
+    Float8 goes through its bytes: ``torch.cat`` of float8 tensors exists on CUDA only from
+    torch 2.6, while a ``uint8`` view (same size, no copy) concatenates everywhere, and the
+    byte 0 is +0.0 in both e4m3fn and e5m2: the result is the same bits."""
     extra = -x.shape[dim] % multiple
     if not extra:
         return x
     shape = list(x.shape)
     shape[dim] = extra
-    return torch.cat([x, torch.zeros(shape, dtype=x.dtype, device=x.device)], dim=dim)
+    raw = x.view(torch.uint8) if x.dtype in (E4M3, E5M2) else x
+    return torch.cat([raw, raw.new_zeros(shape)], dim=dim).view(x.dtype)
 
 
 class _Float8Linear(torch.autograd.Function):

@@ -10,6 +10,7 @@ of ``torch.distributed.checkpoint.state_dict`` refuse them (checkpoint.py).
 from . import checkpoint, init  # noqa: F401  (the guards above)
 from .api import parallelize_module
 from .clip_grad import clip_grad_norm_  # also guards torch.nn.utils.clip_grad_norm_ (see clip_grad.py)
+from .grad_sync import PartialGradBucket, bucket_partial_grads
 from .loss import loss_parallel
 from .params import ParamLayout, attach_layouts, full_state_dict, load_full_state_dict, param_layout
 from .prepare import PrepareModuleInput, PrepareModuleInputOutput, PrepareModuleOutput
@@ -20,5 +21,5 @@ __all__ = [
     "ColwiseParallel", "ParallelStyle", "PrepareModuleInput", "PrepareModuleInputOutput", "PrepareModuleOutput",
     "RowwiseParallel", "SequenceParallel", "parallelize_module", "loss_parallel",
     "ParamLayout", "param_layout", "attach_layouts", "full_state_dict", "load_full_state_dict", "clip_grad_norm_",
-    "checkpoint",
+    "checkpoint", "bucket_partial_grads", "PartialGradBucket",
 ]

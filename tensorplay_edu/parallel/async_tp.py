@@ -310,7 +310,8 @@ class RingInput:
 def time_gather_matmul(shard: torch.Tensor, weights: list[torch.Tensor], mesh, dim: int = 1, repeats: int = 5) -> dict:
     """This rank's seconds for one all-gather -> matmuls ring: fused, its transfers alone and its
     matmuls alone (medians of ``repeats`` after a warm-up; noisy on a busy machine: use many), the
-    ring's ideal and ``timeline.overlap``: how much of the overlap the ring could reach it reached."""
+    ring's ideal and ``timeline.overlap``: how much of the overlap the ring could reach it reached.
+    On CUDA the seconds are the compute stream's, between two CUDA events; on the CPU a plain timer's."""
     t = mesh.size()
     sizes = [shard.shape[dim]] * t  # even chunks
     outs = [shard.new_empty(list(shard.shape[:-1]) + [w.shape[0]]) for w in weights]
@@ -319,14 +320,26 @@ def time_gather_matmul(shard: torch.Tensor, weights: list[torch.Tensor], mesh, d
         for out, w in zip(outs, weights):
             out.copy_(chunk @ w.t())
 
+    cuda = shard.is_cuda
+
     def run(consume=None, transfer=True):
         dist.barrier(group=mesh.get_group())
-        start = time.perf_counter()
-        if transfer:
+        if cuda:  # the host only queues kernels: time the GPU's stream between two events instead
+            torch.cuda.synchronize()  # nothing queued before the start
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+        else:
+            start = time.perf_counter()
+        if transfer:  # each chunk's wait() makes the compute stream wait for NCCL's: the end event follows
             ring_gather(shard, dim, sizes, mesh, consume or (lambda c, chunk: None))
         else:
             for c in range(t):
                 consume(c, shard)
+        if cuda:
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1000  # ms -> s
         return time.perf_counter() - start
 
     def median(fn):

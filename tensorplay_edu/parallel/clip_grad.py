@@ -71,6 +71,7 @@ from .. import debug
 from ..placement import Partial, Replicate, Shard
 from ..transition import redistribute_local
 from .params import _is_torch_dtensor, param_layout
+from .grad_sync import pending_buckets
 
 __all__ = ["clip_grad_norm_"]
 
@@ -114,6 +115,8 @@ def clip_grad_norm_(parameters: torch.Tensor | Iterable[torch.Tensor], max_norm:
     * ``norm_type=inf``: the largest |g| instead of the sum (``Partial("max")``).
 
     Every rank must call it with the same parameters (the all-reduces are collective).
+    Partial gradients left for one bucket (:func:`~tensorplay_edu.parallel.grad_sync.bucket_partial_grads`)
+    are made whole first (``finalize()``).
     Gradients are scaled in place by ``min(max_norm / (total_norm + 1e-6), 1)``.
 
     Args:
@@ -140,6 +143,8 @@ def clip_grad_norm_(parameters: torch.Tensor | Iterable[torch.Tensor], max_norm:
         if is_generator and len(parameters) == 0:
             warnings.warn("`parameters` is an empty generator, no gradient clipping will occur.", stacklevel=3)
     _require_layouts(parameters, "tensorplay_edu.parallel.clip_grad_norm_")
+    for bucket in pending_buckets(parameters):  # bucket_partial_grads: the partial gradients made whole first
+        bucket.finalize()
     total_norm = _total_norm(parameters, norm_type, error_if_nonfinite, foreach)
     _clip_grads_with_norm_(parameters, max_norm, total_norm, foreach)  # PyTorch's: 1e-6, clamped to 1
     return total_norm

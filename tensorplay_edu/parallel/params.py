@@ -25,6 +25,7 @@ from ..distribute import distribute_tensor
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Placement, Replicate, Shard, chunk_offset
+from .grad_sync import follow_replaced
 
 __all__ = ["ParamLayout", "param_layout", "is_split", "tp_offsets", "where", "attach_layouts", "buffers_to_mesh",
            "as_dtensor", "distribute_param", "full_state_dict", "load_full_state_dict"]
@@ -109,6 +110,7 @@ def attach_layouts(model: nn.Module) -> nn.Module:
 def attach_own_layouts(module: nn.Module) -> None:
     """:func:`attach_layouts` for ``module``'s own parameters (the styles call it in every forward:
     after ``to_empty`` or ``load_state_dict(assign=True)`` the layouts are back by the first step)."""
+    follow_replaced(module)  # a partial gradient's bucket state, on the new parameter too
     for name, layout in getattr(module, "_tp_layouts", {}).items():
         param = module._parameters.get(name)
         if param is not None and getattr(param, "tp_layout", None) is not layout:

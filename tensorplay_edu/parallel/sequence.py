@@ -4,8 +4,9 @@ slice of the sequence.  No communication in forward; in backward only the parame
 Parameters stay whole (replicated, broadcast from ``src_data_rank``; ``None`` keeps each
 rank's own).  Each rank sees only its tokens, so a parameter's gradient is a partial sum
 over the TP group: :mod:`~tensorplay_edu.parallel.grad_sync` all-reduces it as it arrives,
-so ``.grad`` is whole when autograd writes it (PyTorch leaves it ``Partial`` and reduces it
-whenever the optimizer reads it).
+so ``.grad`` is whole when autograd writes it (or, after ``bucket_partial_grads``, all of
+them in one all-reduce per step; PyTorch leaves it ``Partial`` and reduces it whenever the
+optimizer reads it).
 
 Random numbers inside (``nn.Dropout``, ``F.dropout``, any random op) come from this rank's
 own stream (:mod:`.rng`): each rank holds different tokens, so each draws its own mask, as
@@ -85,5 +86,5 @@ def _partial_gradients(module: nn.Module, mesh: DeviceMesh) -> None:
     for sub in module.modules():
         attach_own_layouts(sub)
         for name, param in sub.named_parameters(recurse=False):
-            partial_gradient(param, mesh, f"{fqn(sub)}.{name}")
+            partial_gradient(sub, name, mesh, f"{fqn(sub)}.{name}")
 

@@ -240,7 +240,7 @@ class RowwiseParallel(_LinearOrEmbedding):
             distribute_param(module, name, placement, mesh, self.src_data_rank)
         if isinstance(module, nn.Linear):
             if module.bias is not None and self.output_layouts[0] != Replicate():  # each rank sums the bias grad
-                partial_gradient(module.bias, mesh, f"{fqn(module)}.bias")           # over its own rows
+                partial_gradient(module, "bias", mesh, f"{fqn(module)}.bias")        # over its own rows
             module.forward = functools.partial(_partial_linear, module, mesh, self.output_layouts[0])
             if hasattr(module, "float8_spec"):  # a Float8Linear: input columns and weight columns are cut, so their
                 cut = (mesh, (0,))  # amaxes are taken over the TP group; the partial sum is reduced in high precision
@@ -266,7 +266,7 @@ class RowwiseParallel(_LinearOrEmbedding):
         if bias is None:
             return self._finish(dt, module)  # g: all-reduce, or reduce-scatter
         if self.output_layouts[0] != Replicate():  # no-op unless the bias was replaced since
-            partial_gradient(bias, mesh, f"{fqn(module)}.bias")
+            partial_gradient(module, "bias", mesh, f"{fqn(module)}.bias")
         with module_scope(fqn(module)):
             dt = to_layout(dt, self.output_layouts[0])  # g: all-reduce, or reduce-scatter
         return self._add_bias(dt, bias, mesh)

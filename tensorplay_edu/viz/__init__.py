@@ -8,6 +8,7 @@ patches and texts):
 ``block``       one transformer block as the plans cut it: f, g (SP: g, ḡ), residual skips
 ``ring``        a collective's ring schedule, step by step
 ``checkpoint``  a DCP checkpoint's saved chunks and what each rank reads back
+``nodes``       which ranks of which node form each group of a (dp, tp) mesh
 ``style``       the palette and labels shared by all of them
 ==============  ==============================================================================
 
@@ -22,6 +23,7 @@ Every public name is importable from ``tensorplay_edu.viz`` itself.
 from .block import block_steps, draw_block
 from .checkpoint import draw_checkpoint, reads, saved_chunks, wanted_chunks
 from .layouts import draw_collective, draw_layout, draw_transition, pieces
+from .nodes import draw_nodes, node_groups
 from .ring import draw_ring, ring_steps
 from .runs import draw_comm_chart, draw_flow, draw_memory, draw_timeline, trace_flow
 from .style import (COMM_COLOR, FLOAT8_COLOR, FLOAT8_STYLE, LANE_COLORS, PARTIAL_HATCH, PHASE_COLORS, RANK_COLORS,
@@ -32,4 +34,4 @@ __all__ = ["COMM_COLOR", "RANK_COLORS", "SHARED_COLOR", "PARTIAL_HATCH", "FLOAT8
            "pieces", "draw_layout", "draw_transition", "draw_collective",
            "trace_flow", "draw_flow", "draw_comm_chart", "draw_timeline", "draw_memory",
            "block_steps", "draw_block", "ring_steps", "draw_ring",
-           "saved_chunks", "wanted_chunks", "reads", "draw_checkpoint"]
+           "saved_chunks", "wanted_chunks", "reads", "draw_checkpoint", "node_groups", "draw_nodes"]
