@@ -34,17 +34,21 @@ What it needs is that nothing *reads* ``.grad`` before ``finalize()`` and that
 the gradient is first read: in the optimizer's ``step`` (a pre-step hook, when you pass the
 optimizer) and in :func:`tensorplay_edu.parallel.clip_grad_norm_`.  Anything else that reads
 ``.grad`` first (your own code, PyTorch's optimizer without the hook) must call
-``finalize()`` itself.  A backward that would add to a gradient ``finalize()`` already made
-whole (a ``finalize()`` per micro-batch, a step without ``zero_grad``) raises instead of
-summing a whole gradient again.
+``finalize()`` itself.  It reduces only the gradients that arrived since its last call (a
+norm this step's backwards did not reach is not summed again), and a backward that would add
+to a gradient ``finalize()`` already made whole and nobody touched since (a ``finalize()``
+per micro-batch, a step without ``zero_grad``) raises instead of summing it again.
 
 :class:`CommDebugMode` records the bucket as one ``all_reduce`` of the ``backward`` phase, in
 module ``"partial grads (bucket)"``.
 
-The hook lives on the parameter object, with the small state object it reads.  A style calls
+The hook lives on the parameter object; the small state it reads lives on the module
+(``module._tp_partial_grads``), so it outlives the parameter.  A style calls
 :func:`partial_gradient` again in every forward, which costs nothing when the hook is there
-and re-attaches it (with the module's bucket, if any) when the parameter was replaced after
-parallelization (FSDP's unsharded parameters, ``to_empty``).
+and re-attaches it, with the same state, when the parameter was replaced after
+parallelization (FSDP's unsharded parameters, ``to_empty``); ``attach_layouts`` (after
+``fully_shard``) hands the state to FSDP2's sharded parameters, where ``clip_grad_norm_``
+finds the bucket and ``finalize()`` the reduced gradient.
 """
 
 from __future__ import annotations
