@@ -43,8 +43,7 @@ How :func:`launch` avoids the known failure modes:
 * **prints**: each rank's stdout and stderr (Python and C level) go to a file; the
   parent prints them after the run, rank by rank, each line prefixed ``[rank r]``, so
   notebook cells are never garbled.
-* **NCCL's rules**: with ``TENSORPLAY_CHECK_NCCL=1`` in the parent's environment each rank
-  checks them (:mod:`tensorplay_edu.nccl_rules`): a mismatch is a clear error, not a hang.
+* **NCCL's rules**: ``TENSORPLAY_CHECK_NCCL=1`` in the parent: every rank checks them (:mod:`.nccl_rules`).
 * **exit**: each rank ends with barrier -> ``destroy_process_group`` -> flush ->
   ``os._exit``, which avoids gloo's abort at interpreter exit (pytorch/pytorch#190489).
 
@@ -198,7 +197,6 @@ def _rank_main(payload: bytes, rank: int, world_size: int, store_path: str, back
                threads: int, conn, log_path: str, alive=None, check_nccl: dict | None = None) -> None:
     """Entry point of one launched rank (runs in the child process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it kills every rank
-    check_nccl = check_nccl or {}
     if alive is not None:
         _watch_parent(alive, os.path.dirname(store_path))
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -208,7 +206,7 @@ def _rank_main(payload: bytes, rank: int, world_size: int, store_path: str, back
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     torch.set_num_threads(threads)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE=str(world_size), **check_nccl)
+                      LOCAL_WORLD_SIZE=str(world_size), **(check_nccl or {}))
     try:
         fn, args = cloudpickle.loads(payload)
         wait = timedelta(seconds=timeout)
@@ -266,8 +264,7 @@ def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float
         raise RuntimeError(f"launch(backend='nccl') needs {world_size} CUDA devices, found {found}: "
                            "use backend='gloo' on the CPU")
     ctx = _context(start_method)
-    # the forkserver's environment is from when it started: the switch travels explicitly
-    check_nccl = {k: os.environ.get(k, "") for k in (nccl_rules.ENV, nccl_rules.ENV_TIMEOUT)}
+    check_nccl = {k: os.environ.get(k, "") for k in (nccl_rules.ENV, nccl_rules.ENV_TIMEOUT)}  # (forkserver: old env)
     payload = _dumps((fn, args))
     logdir = tempfile.mkdtemp(prefix="tensorplay_ranks_")  # rendezvous file and rank logs
     store_path = os.path.join(logdir, "rendezvous")

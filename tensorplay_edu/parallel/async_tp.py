@@ -320,14 +320,11 @@ def time_gather_matmul(shard: torch.Tensor, weights: list[torch.Tensor], mesh, d
         for out, w in zip(outs, weights):
             out.copy_(chunk @ w.t())
 
-    cuda = shard.is_cuda
-
     def run(consume=None, transfer=True):
         dist.barrier(group=mesh.get_group())
-        if cuda:  # the host only queues kernels: time the GPU's stream between two events instead
+        if shard.is_cuda:  # the host only queues kernels: time the GPU's stream between two events instead
             torch.cuda.synchronize()  # nothing queued before the start
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
+            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
             start.record()
         else:
             start = time.perf_counter()
@@ -336,7 +333,7 @@ def time_gather_matmul(shard: torch.Tensor, weights: list[torch.Tensor], mesh, d
         else:
             for c in range(t):
                 consume(c, shard)
-        if cuda:
+        if shard.is_cuda:
             end.record()
             end.synchronize()
             return start.elapsed_time(end) / 1000  # ms -> s
