@@ -18,6 +18,7 @@ import math
 
 import torch
 
+from .debug import current_module, module_scope
 from .mesh import DeviceMesh, get_current_mesh
 from .placement import Placement, Replicate, Shard, chunk_sizes, normalize
 from .transition import GradLayout, Redistribute
@@ -88,9 +89,22 @@ def _unsupported(name: str, placements) -> NotImplementedError:
 class DTensor:
     """A global tensor laid out over a mesh; construct with ``from_local`` or ``distribute_tensor``."""
 
-    def __init__(self, local: torch.Tensor, mesh: DeviceMesh, placements: tuple, shape, grad_layout: GradLayout):
+    def __init__(self, local: torch.Tensor, mesh: DeviceMesh, placements: tuple, shape, grad_layout: GradLayout,
+                 scope: str | None = None):
         self._local, self._mesh, self._placements = local, mesh, tuple(placements)
         self._shape, self._grad_layout = torch.Size(shape), grad_layout
+        self._scope = scope  # from_local's: its identity node is not made yet (see _identity_node)
+
+    def _identity_node(self) -> None:
+        """from_local's identity node (backward: the table from the readers' declared gradient layout to the
+        tensor's own), made when first needed: a reader declaring another layout (``grad_placements=[Partial()]``,
+        f) or a view.  Later readers share it (one collective for their summed gradients); it is attributed to
+        from_local's module.  While readers take the default it would move nothing, so a hook costs no node."""
+        if self._scope is not None and self._local.requires_grad:
+            with module_scope(self._scope):
+                self._local = Redistribute.apply(self._local, self._mesh, self._placements, self._placements,
+                                                 self._shape, self._grad_layout)
+        self._scope = None
 
     # ---- construction --------------------------------------------------------------
     @staticmethod
@@ -124,9 +138,7 @@ class DTensor:
             from .distribute import run_check as _run_check  # the one from_local that communicates
 
             local_tensor = _run_check(local_tensor, mesh, placements, shape)
-        layout = GradLayout(placements)
-        local = Redistribute.apply(local_tensor, mesh, placements, placements, shape, layout)
-        return DTensor(local, mesh, placements, shape, layout)
+        return DTensor(local_tensor, mesh, placements, shape, GradLayout(placements), scope=current_module())
 
     def to_local(self, *, grad_placements=None) -> torch.Tensor:
         """This rank's piece.  No communication.
@@ -147,6 +159,8 @@ class DTensor:
                             f"shape, so where the tensor is {p} it cannot be {g}; only Replicate and Partial "
                             "can stand for each other")
                 self._grad_layout.declare(gp)
+            if self._grad_layout.placements != self._grad_layout.default:
+                self._identity_node()
         return self._local
 
     def redistribute(self, device_mesh: DeviceMesh | None = None, placements=None, *, async_op: bool = False):
@@ -227,6 +241,7 @@ class DTensor:
         placements = tuple(Shard(dim_map[p.dim]) if isinstance(p, Shard) else p for p in self._placements)
         back = {v: k for k, v in dim_map.items()}
         local_new = _local_shape(new_shape, self._mesh, placements)
+        self._identity_node()  # a view's readers declare through it: the node must be under the view
         local = self._local.view(local_new) if name == "view" else self._local.reshape(local_new)
 
         def to_parent(gp):
@@ -252,6 +267,7 @@ class DTensor:
             dtype, args = args[0], args[1:]
         if args or kwargs or dtype is None:
             raise _unsupported(f"DTensor.to({args}, {kwargs}) (only a dtype is supported)", self._placements)
+        self._identity_node()
         return self._derived(self._local.to(dtype), self._placements, self._shape, lambda gp: gp)
 
     def float(self) -> "DTensor":

@@ -7,6 +7,7 @@ import torch.distributed as dist
 
 from rank_checks import chunk
 from tensorplay_edu import CommDebugMode, DTensor, Partial, Replicate, Shard, distribute_tensor, init_device_mesh
+from tensorplay_edu.debug import module_scope
 
 
 def _raises(fails: list, label: str, exc, fn, *fragments) -> None:
@@ -130,6 +131,19 @@ def dtensor_api() -> tuple[list[str], int]:
     rep.to_local(grad_placements=[Partial()])
     _raises(fails, "conflicting grad placements", RuntimeError, lambda: rep.to_local(), "grad_placements")
     _raises(fails, "Partial grad of a shard", ValueError, lambda: lt.to_local(grad_placements=[Partial()]), "grad_placements")
+    # from_local makes no autograd node while its readers take the default layout; the first reader
+    # declaring Partial (f) makes one, shared by the later readers: one all-reduce for all three,
+    # attributed to the module that called from_local
+    x = torch.randn(3, requires_grad=True)
+    check("from_local + to_local(): the same tensor, no node", DTensor.from_local(x, mesh, [Replicate()]).to_local() is x)
+    with module_scope("maker"):
+        shared = DTensor.from_local(x, mesh, [Replicate()])
+    with CommDebugMode() as comm:
+        sum((shared.to_local(grad_placements=[Partial()]) * (k + 1)).sum() for k in range(3)).backward()
+    check(f"three Partial readers, one all-reduce {comm.get_comm_counts()}",
+          comm.get_comm_counts() == ({} if t == 1 else {"all_reduce": 1}) and torch.equal(x.grad, torch.full((3,), 6.0 * t)))
+    check("... attributed to from_local's module", all(rec.module == "maker" and rec.phase == "backward"
+                                                       for rec in comm.records))
     # a leaf DTensor reports its gradient with the declared placement
     w = distribute_tensor(torch.randn(4, 3, requires_grad=True), mesh, [Replicate()])
     (w.to_local(grad_placements=[Partial()]) * (r + 1)).sum().backward()

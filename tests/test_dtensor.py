@@ -15,7 +15,7 @@ def test_dtensor_api_against_single_process(world_size):
     results = launch(rank_api.dtensor_api, world_size)
     fails = sorted({f for rank_fails, _ in results for f in rank_fails})
     assert not fails, "\n".join(fails)
-    assert all(n == 101 for _, n in results)
+    assert all(n == 104 for _, n in results)
 
 
 @pytest.mark.parametrize("n,t", [(10, 4), (7, 4), (2, 4), (0, 3), (12, 3), (5, 1), (1, 2)])

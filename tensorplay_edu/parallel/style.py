@@ -214,6 +214,8 @@ class ColwiseParallel(_LinearOrEmbedding):
         return (x.to_local(grad_placements=grad),)
 
     def _prepare_output(self, module, out, mesh, inputs=None):  # out: [.., out/t]
+        if self.use_local_output and self.output_layouts[0] in (Shard(-1), Shard(out.ndim - 1)):
+            return out  # already the declared layout: a DTensor made and unmade here would do nothing
         features = module.out_features if isinstance(module, nn.Linear) else module.embedding_dim
         dt = DTensor.from_local(out, mesh, [Shard(-1)], shape=_shape_with(out, -1, features))
         return self._finish(dt, module)
@@ -255,6 +257,10 @@ class RowwiseParallel(_LinearOrEmbedding):
 
     def _prepare_input(self, module, inputs, mesh):
         attach_own_layouts(module)  # no-op unless the parameters were replaced (to_empty, assign=True)
+        x = inputs[0]
+        if (isinstance(module, nn.Linear) and isinstance(x, torch.Tensor) and x.ndim
+                and self.input_layouts[0] in (Shard(-1), Shard(x.ndim - 1)) and x.shape[-1] == module.weight.shape[1]):
+            return inputs  # this rank's features already [.., in/t]: a DTensor made and unmade would do nothing
         with module_scope(fqn(module)):
             x = to_layout(input_as_dtensor(inputs[0], mesh, self.input_layouts[0], self._input_shape(module, inputs[0], mesh)),
                           self.desired_input_layout(module))
