@@ -189,3 +189,15 @@ def test_the_committed_record_and_the_readme_name_the_same_full_run():
     readme = open(os.path.join(root, "README.md")).read()
     section = readme[readme.index("## Benchmark (`make bench`)"):]
     assert f"the full run on commit {commit}" in " ".join(section.split()), commit
+
+
+def test_overhead_runs_ours_and_the_floor_in_turns_on_the_same_work():
+    """benchmarks/overhead.py: tiny model, 2 ranks, 2 alternating steps; compare() raises unless the first
+    losses agree, and the report has the row with one CPU figure per phase."""
+    import overhead
+
+    row = overhead.compare("tiny", 2, 2)
+    assert row["config"] == "tiny" and row["world"] == 2 and set(row["wall_ms"]) == {"ours", "hand"}
+    assert all(len(v) == len(overhead.PHASES) and min(v) >= 0 for v in row["cpu_ms"].values())
+    table = overhead.render([row])
+    assert "| tiny | 2 | 2 |" in table and table.count("\n") == 2

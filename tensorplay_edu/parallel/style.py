@@ -200,13 +200,15 @@ class ColwiseParallel(_LinearOrEmbedding):
 
     def _prepare_input(self, module, inputs, mesh):
         attach_own_layouts(module)  # no-op unless the parameters were replaced (to_empty, assign=True)
-        if isinstance(inputs[0], RingInput):  # its all-gather runs fused with its readers' matmuls
+        x = inputs[0]
+        if isinstance(x, RingInput):  # its all-gather runs fused with its readers' matmuls
             return inputs
-        with module_scope(fqn(module)):
-            x = input_as_dtensor(inputs[0], mesh, self.input_layouts[0], self._input_shape(module, inputs[0], mesh))
-            if isinstance(module, nn.Linear) and isinstance(x.placements[0], Shard) and ring_ok(x, [module], mesh):
-                return (ring_input(x, mesh, [module], fqn(module)),)  # async TP: gather fused with the matmul
-            x = to_layout(x, Replicate())  # [.., in]
+        if not (isinstance(x, DTensor) and x.placements == (Replicate(),)):  # else whole already: nothing moves
+            with module_scope(fqn(module)):
+                x = input_as_dtensor(x, mesh, self.input_layouts[0], self._input_shape(module, x, mesh))
+                if isinstance(module, nn.Linear) and isinstance(x.placements[0], Shard) and ring_ok(x, [module], mesh):
+                    return (ring_input(x, mesh, [module], fqn(module)),)  # async TP: gather fused with the matmul
+                x = to_layout(x, Replicate())  # [.., in]
         # x @ W_local^T: each rank's input gradient is an addend (Partial), so reading x is Megatron's f.
         # Readers of ONE DTensor share one f: hand wq/wk/wv the same DTensor (PrepareModuleInput on their
         # parent, use_local_output=False) and their gradients are summed before a single all-reduce.

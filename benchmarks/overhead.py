@@ -1,0 +1,125 @@
+"""What tensorplay_edu costs per training step beyond the hand-written floor, measured in one process.
+
+`make bench` times each variant in launches of its own, a few steps each; on a busy 2-core machine
+the drift between launches is several percent, as large as the difference it is asked to see.  Here
+ours (the full plan, norm gradients bucketed) and the floor (benchmarks/hand.py) live in the same
+ranks and take turns, step by step, on the same batch.  Per step: the wall time of the slowest rank,
+and the main thread's CPU time (``time.thread_time``: waiting in a collective is not CPU, so this is
+the work each rank does, Python included).  A tiny model (every matmul a few microseconds) shows the
+fixed cost alone, split by phase.  Both are checked to compute the same first loss.
+
+    python benchmarks/overhead.py               # small config at 2 and 4 ranks, tiny model at 2
+    python benchmarks/overhead.py --steps 6     # fewer steps
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench  # noqa: E402
+from hand import HandLlama, hand_step  # noqa: E402
+from tensorplay_edu import init_device_mesh, launch  # noqa: E402
+from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama  # noqa: E402
+from tensorplay_edu.parallel import bucket_partial_grads  # noqa: E402
+
+PHASES = ("forward", "loss", "backward", "optimizer")
+
+
+def _build(config: str):
+    if config != "tiny":
+        return bench.build(config)
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs(dim=32, n_layers=2, n_heads=8, vocab_size=64, max_seq_len=8))
+    tokens = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(1))
+    return model, tokens, tokens.roll(-1, dims=1)
+
+
+def rank_compare(config: str, steps: int) -> dict:
+    """On this rank: ours and hand alternately (who goes first alternates too); medians per step."""
+    model, tokens, labels = _build(config)
+    ours = parallelize_llama(model, init_device_mesh("cpu", (dist.get_world_size(),)), "full")
+    hand = HandLlama(_build(config)[0], "full")
+    opts = {"ours": torch.optim.AdamW(ours.parameters(), lr=1e-4), "hand": torch.optim.AdamW(hand.parameters(), lr=1e-4)}
+    bucket_partial_grads(ours, opts["ours"])
+    clock = time.thread_time
+
+    def step(name: str) -> tuple[float, list[float]]:
+        marks = [clock()]
+        if name == "ours":
+            with loss_context("full"):
+                out = ours(tokens)
+                marks.append(clock())
+                loss = llama_loss(out, labels)
+                marks.append(clock())
+                loss.backward()
+        else:
+            out = hand(tokens)
+            marks.append(clock())
+            loss = hand.loss(out, labels)
+            marks.append(clock())
+            loss.backward()
+            hand.finish_grads()  # the floor's norm bucket (ours: in the optimizer's pre-step hook)
+        marks.append(clock())
+        opts[name].step()
+        opts[name].zero_grad(set_to_none=True)
+        marks.append(clock())
+        return loss.item(), [b - a for a, b in zip(marks, marks[1:])]
+
+    first = {name: step(name)[0] for name in ("ours", "hand")}
+    wall, cpu = {"ours": [], "hand": []}, {"ours": [], "hand": []}
+    for i in range(steps):
+        for name in (("ours", "hand") if i % 2 else ("hand", "ours")):
+            dist.barrier()
+            start = time.perf_counter()
+            cpu[name].append(step(name)[1])
+            wall[name].append(time.perf_counter() - start)
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, wall)
+    slowest = {k: [max(w[k][i] for w in everyone) for i in range(steps)] for k in wall}
+    return {"first_loss": first,
+            "wall_ms": {k: 1000 * statistics.median(v) for k, v in slowest.items()},
+            "ratios": [a / b for a, b in zip(slowest["ours"], slowest["hand"])],
+            "cpu_ms": {k: [1000 * statistics.median(p[j] for p in v) for j in range(len(PHASES))] for k, v in cpu.items()}}
+
+
+def compare(config: str, world: int, steps: int) -> dict:
+    res = launch(rank_compare, world, config, steps, timeout=1200)
+    a, b = res[0]["first_loss"]["ours"], res[0]["first_loss"]["hand"]
+    if abs(a - b) > 1e-4 * max(1.0, abs(b)):
+        raise RuntimeError(f"{config}, {world} ranks: ours' first loss {a} is not the floor's {b}: not the same work")
+    cpu = {k: [max(r["cpu_ms"][k][j] for r in res) for j in range(len(PHASES))] for k in ("ours", "hand")}
+    return {"config": config, "world": world, "steps": steps, "wall_ms": res[0]["wall_ms"],
+            "ratio": statistics.median(res[0]["ratios"]), "cpu_ms": cpu}
+
+
+def render(rows: list[dict]) -> str:
+    lines = ["| config | ranks | steps | hand ms | ours ms | ours/hand (median of steps) | CPU ms a step hand / ours "
+             "| ours' extra CPU: " + ", ".join(PHASES) + " |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        hand, ours = r["cpu_ms"]["hand"], r["cpu_ms"]["ours"]
+        extra = ", ".join(f"{o - h:+.1f}" for o, h in zip(ours, hand))
+        lines.append(f"| {r['config']} | {r['world']} | {r['steps']} | {r['wall_ms']['hand']:.1f} | "
+                     f"{r['wall_ms']['ours']:.1f} | {r['ratio']:.3f} | {sum(hand):.1f} / {sum(ours):.1f} | {extra} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=20, help="alternating steps of each (default 20)")
+    args = parser.parse_args(argv)
+    rows = [compare(config, world, args.steps) for config, world in (("tiny", 2), ("small", 2), ("small", 4))]
+    print(render(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
