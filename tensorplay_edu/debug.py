@@ -61,13 +61,17 @@ class CommRecord:
     ranks: tuple[int, ...] = ()  # the group's global ranks (mesh["tp"] of rank 2 in a (2, 2) mesh: (2, 3))
 
 
-@contextlib.contextmanager
-def module_scope(path: str):
-    """Collectives issued inside are attributed to module ``path`` (used by the styles)."""
-    _MODULE_STACK.append(path)
-    try:
-        yield
-    finally:
+class module_scope:  # noqa: N801 (used as a function: ``with module_scope(path):``)
+    """Collectives issued inside are attributed to module ``path`` (used by the styles; a class, not a
+    generator, because every hook enters one)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __enter__(self):
+        _MODULE_STACK.append(self.path)
+
+    def __exit__(self, *exc):
         _MODULE_STACK.pop()
 
 

@@ -100,6 +100,8 @@ def redistribute_local(x: torch.Tensor, mesh, src: tuple, dst: tuple, shape: tor
 
     One tensor dim may be sharded by at most one mesh dim (checked by DTensor).
     """
+    if len(src) == 1:  # a 1-D mesh: one move
+        return move(x, src[0], dst[0], shape, mesh.get_group(0), mesh.size(0), mesh.get_local_rank(0))
     current = list(src)
     for i in _order(src, dst):
         if isinstance(dst[i], Shard):  # never let two mesh dims shard one tensor dim midway

@@ -83,8 +83,8 @@ def is_async(mesh) -> bool:
     if any(m == mesh for m in _MESHES):
         return True
     config = sys.modules.get("torch._inductor.config")  # set by torchtitan's line; never imported here
-    return bool(config is not None and getattr(config, "_micro_pipeline_tp", False)
-                and mesh.get_group().group_name in _GROUPS)
+    return bool(_GROUPS and config is not None and getattr(config, "_micro_pipeline_tp", False)  # (the config's
+                and mesh.get_group().group_name in _GROUPS)  # getattr is slow: skipped while no group is marked)
 
 
 # ---- where a ring is right ---------------------------------------------------------------
