@@ -161,7 +161,8 @@ def test_gpu_run_ends_every_rank_when_only_rank_0_fails(tmp_path):
     well before the collective timeout (rank 1 does not wait in the report's collective)."""
     script = tmp_path / "fails_on_rank0.py"
     script.write_text("import sys\nimport torch.distributed as dist\n"
-                      "print('rank', dist.get_rank(), 'ends', flush=True)\n"
+                      "sys.stdout.write(f'rank {dist.get_rank()} ends\\n')  # one write: no interleaving\n"
+                      "sys.stdout.flush()\n"
                       "sys.exit(1 if dist.get_rank() == 0 else 0)\n")
     env = dict(os.environ, OMP_NUM_THREADS="1", GPU_CHECK_NCCL_TIMEOUT="300")
     env.pop("GPU_CHECK_DEVICE", None)
