@@ -22,6 +22,7 @@ what they are, float8 at 1 byte per element.  A sum of float8 values is refused.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -35,6 +36,18 @@ _reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.redu
 
 
 FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _no_grad(fn):
+    """``torch.no_grad()`` around ``fn``, entered only when grad mode is on: the table calls these
+    from inside an autograd Function, where it is already off (and the context costs microseconds)."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        if not torch.is_grad_enabled():
+            return fn(*args, **kwargs)
+        with torch.no_grad():
+            return fn(*args, **kwargs)
+    return run
 
 
 def _wire(x: torch.Tensor) -> torch.Tensor:
@@ -65,7 +78,7 @@ def _three_d(x: torch.Tensor, dim: int) -> tuple[int, int, int]:
     return math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1:])
 
 
-@torch.no_grad()
+@_no_grad
 def all_gather(x: torch.Tensor, dim: int, sizes: list[int], group) -> torch.Tensor:
     """Concatenate every rank's chunk along ``dim``; rank r holds ``sizes[r]`` rows.  # [n/t] -> [n]
 
@@ -94,7 +107,7 @@ def all_gather(x: torch.Tensor, dim: int, sizes: list[int], group) -> torch.Tens
     return out.permute(1, 0, 2, 3).reshape(full_shape)  # one copy, [before, t*c, after]; not a view of a buffer
 
 
-@torch.no_grad()
+@_no_grad
 def reduce_scatter(x: torch.Tensor, dim: int, sizes: list[int], rank: int, op, group) -> torch.Tensor:
     """Reduce the ranks' full addends and keep chunk ``rank`` along ``dim``.  # [n] -> [n/t]
 
@@ -119,7 +132,7 @@ def reduce_scatter(x: torch.Tensor, dim: int, sizes: list[int], rank: int, op, g
     return out[:, : sizes[rank]].reshape(local_shape)
 
 
-@torch.no_grad()
+@_no_grad
 def all_reduce(x: torch.Tensor, op, group) -> torch.Tensor:
     """Every rank gets the reduction of all ranks' tensors (into a new tensor)."""
     t = dist.get_world_size(group)
@@ -133,7 +146,7 @@ def all_reduce(x: torch.Tensor, op, group) -> torch.Tensor:
     return out
 
 
-@torch.no_grad()
+@_no_grad
 def all_to_all(x: torch.Tensor, src_dim: int, dst_dim: int, src_sizes: list[int], dst_sizes: list[int],
                rank: int, group) -> torch.Tensor:
     """Trade a chunk along ``src_dim`` for a chunk along ``dst_dim``.  # [a/t, b] -> [a, b/t]
@@ -173,7 +186,7 @@ class RingStep:
         return self.arriving
 
 
-@torch.no_grad()
+@_no_grad
 def ring_shift(x: torch.Tensor, recv_shape, rank: int, group) -> RingStep:
     """Send ``x`` to the next rank of the group's ring and receive a ``recv_shape`` tensor from
     the previous one, without waiting: the caller computes meanwhile (the decomposed collectives
@@ -187,7 +200,7 @@ def ring_shift(x: torch.Tensor, recv_shape, rank: int, group) -> RingStep:
     return RingStep(works, sending, arriving)
 
 
-@torch.no_grad()
+@_no_grad
 def broadcast(x: torch.Tensor, src: int, group) -> torch.Tensor:
     """Every rank gets group-rank ``src``'s ``x`` (the others pass a buffer of that shape)."""
     t = dist.get_world_size(group)
@@ -200,7 +213,7 @@ def broadcast(x: torch.Tensor, src: int, group) -> torch.Tensor:
     return out
 
 
-@torch.no_grad()
+@_no_grad
 def scatter(full: torch.Tensor | None, like: torch.Tensor, dim: int, sizes: list[int], rank: int, src: int,
             group) -> torch.Tensor:
     """Group-rank ``src`` sends chunk r of ``full`` along ``dim`` to rank r.  # [n] -> [n/t]

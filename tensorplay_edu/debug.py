@@ -34,7 +34,6 @@ group, in the same order) rather than only count it: :class:`tensorplay_edu.nccl
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
 from dataclasses import dataclass
 
@@ -79,14 +78,15 @@ def current_module() -> str:
     return _MODULE_STACK[-1] if _MODULE_STACK else ""
 
 
-@contextlib.contextmanager
-def backward_scope(module: str):
+class backward_scope(module_scope):  # noqa: N801
     """Inside an autograd backward: collectives are recorded as ``backward`` of ``module``."""
-    _PHASE.append("backward")
-    try:
-        with module_scope(module):
-            yield
-    finally:
+
+    def __enter__(self):
+        _PHASE.append("backward")
+        _MODULE_STACK.append(self.path)
+
+    def __exit__(self, *exc):
+        _MODULE_STACK.pop()
         _PHASE.pop()
 
 

@@ -20,7 +20,7 @@ import torch
 
 from .debug import current_module, module_scope
 from .mesh import DeviceMesh, get_current_mesh
-from .placement import Placement, Replicate, Shard, chunk_sizes, normalize
+from .placement import Partial, Placement, Replicate, Shard, chunk_sizes, normalize
 from .transition import GradLayout, Redistribute
 
 __all__ = ["DTensor", "register_torch_function"]
@@ -49,6 +49,9 @@ def register_torch_function(func, handler):
     return previous
 
 
+_WHOLE = (Replicate, Partial)  # placements with nothing to normalise
+
+
 def _resolve(mesh, placements, ndim: int, what: str) -> tuple[DeviceMesh, tuple[Placement, ...]]:
     mesh = mesh if mesh is not None else get_current_mesh()
     if mesh is None:
@@ -56,6 +59,10 @@ def _resolve(mesh, placements, ndim: int, what: str) -> tuple[DeviceMesh, tuple[
     if placements is None:
         placements = [Replicate()] * mesh.ndim
     placements = tuple(placements)
+    if len(placements) == 1 == mesh.ndim:  # the common case, checked quickly
+        p = placements[0]
+        if type(p) in _WHOLE or (type(p) is Shard and 0 <= p.dim < ndim):
+            return mesh, placements
     wrong = next((p for p in placements if not isinstance(p, Placement)), None)
     if wrong is not None:
         raise TypeError(f"{what}: placements holds {wrong!r}, a {type(wrong).__name__}, not a Placement: use "
@@ -119,16 +126,18 @@ class DTensor:
         mesh, placements = _resolve(device_mesh, placements, local_tensor.ndim, "DTensor.from_local")
         if stride is not None and shape is None:
             raise ValueError("DTensor.from_local: pass shape together with stride")
-        if shape is None:
+        if shape is None:  # even pieces: local x ranks (torch.chunk then gives every rank exactly `local`)
             shape = list(local_tensor.shape)
             for i, p in enumerate(placements):
                 if isinstance(p, Shard):
                     shape[p.dim] *= mesh.size(i)
+            expected = None
+        else:
+            expected = _local_shape(shape, mesh, placements)
         shape = torch.Size(shape)
         if stride is not None and tuple(stride) != torch.empty(shape, device="meta").stride():
             raise NotImplementedError(f"DTensor.from_local: only contiguous global strides, got {tuple(stride)}")
-        expected = _local_shape(shape, mesh, placements)
-        if list(local_tensor.shape) != expected:
+        if expected is not None and list(local_tensor.shape) != expected:
             raise ValueError(
                 f"DTensor.from_local: rank {mesh.get_rank()} holds a local tensor of shape "
                 f"{list(local_tensor.shape)}, but a global {list(shape)} laid out as {list(placements)} gives it "

@@ -167,6 +167,7 @@ class DeviceMesh:
     def __init__(self, device_type: str, mesh, *, mesh_dim_names: tuple[str, ...] | None = None, _groups=None):
         self.device_type = device_type
         self.mesh = torch.as_tensor(mesh, dtype=torch.int64, device="cpu")
+        self._shape = tuple(self.mesh.shape)  # read on every transition: a tuple, not the tensor
         if mesh_dim_names is not None:
             mesh_dim_names = tuple(mesh_dim_names)
             if len(mesh_dim_names) != self.mesh.ndim:
@@ -212,7 +213,7 @@ class DeviceMesh:
     # ---- what PyTorch's DeviceMesh offers -------------------------------------------
     @property
     def ndim(self) -> int:
-        return self.mesh.ndim
+        return len(self._shape)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -231,7 +232,7 @@ class DeviceMesh:
 
     def size(self, mesh_dim: int | str | None = None) -> int:
         """Ranks in the whole mesh, or along one dimension."""
-        return self.mesh.numel() if mesh_dim is None else self.mesh.size(self._dim(mesh_dim))
+        return self.mesh.numel() if mesh_dim is None else self._shape[self._dim(mesh_dim)]
 
     def get_group(self, mesh_dim: int | str | None = None):
         """The process group of one mesh dimension (the only one for a 1-D mesh)."""

@@ -53,3 +53,26 @@ def case(draw):
 @given(world_size=st.integers(1, 4), cases=st.lists(case(), min_size=10, max_size=10))
 def test_random_shapes_and_placements(world_size, cases):
     _assert_clean(launch(rank_checks.listed_transitions, world_size, cases), at_least=10)
+
+
+def _collectives_under_grad_mode():
+    import torch
+    import torch.distributed as dist
+
+    from tensorplay_edu import collectives as C
+
+    t, r = dist.get_world_size(), dist.get_rank()
+    x = torch.arange(6.0).reshape(2, 3).requires_grad_(True) * (r + 1)  # [2, 3], in the graph
+    gathered = C.all_gather(x, 0, [2] * t, dist.group.WORLD)  # [2t, 3]
+    summed = C.all_reduce(x, dist.ReduceOp.SUM, dist.group.WORLD)
+    want = torch.arange(6.0).reshape(2, 3)
+    return (gathered.requires_grad, summed.requires_grad, torch.is_grad_enabled(),
+            torch.equal(gathered, torch.cat([want * (k + 1) for k in range(t)])),
+            torch.equal(summed, want * sum(range(1, t + 1))))
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_collectives_called_with_grad_on_stay_outside_autograd(world_size):
+    """Called outside an autograd Function (grad mode on, an input in the graph), a collective still runs
+    under no_grad: a result with no graph (the table's Function supplies the gradient), grad mode restored."""
+    assert launch(_collectives_under_grad_mode, world_size) == [(False, False, True, True, True)] * world_size
