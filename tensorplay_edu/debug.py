@@ -83,10 +83,10 @@ class backward_scope(module_scope):  # noqa: N801
 
     def __enter__(self):
         _PHASE.append("backward")
-        _MODULE_STACK.append(self.path)
+        super().__enter__()
 
     def __exit__(self, *exc):
-        _MODULE_STACK.pop()
+        super().__exit__(*exc)
         _PHASE.pop()
 
 

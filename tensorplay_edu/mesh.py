@@ -217,7 +217,7 @@ class DeviceMesh:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.mesh.shape)
+        return self._shape
 
     def _dim(self, mesh_dim: int | str | None) -> int:
         if mesh_dim is None:

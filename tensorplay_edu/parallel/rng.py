@@ -103,12 +103,10 @@ def to_shared_stream(gen: torch.Generator) -> None:
 
 def follow_layout(sharded: bool, module: torch.nn.Module, mesh, tensor) -> None:
     """Called by the styles' hooks: the stream ``tensor``'s layout needs, in training mode."""
-    if not module.training:
-        return
     device = getattr(tensor, "device", None)
-    if not isinstance(device, torch.device):
+    if not module.training or not isinstance(device, torch.device):
         return
-    gen = torch.default_generator if device.type == "cpu" else _generator(device)
+    gen = _generator(device)
     if sharded and mesh.size() > 1:
         to_rank_stream(gen, mesh.get_local_rank())
     else:

@@ -86,6 +86,5 @@ def _partial_gradients(module: nn.Module, mesh: DeviceMesh) -> None:
     for sub in module.modules():
         attach_own_layouts(sub)
         for name, param in sub.named_parameters(recurse=False):
-            if not getattr(param, "_tp_grad_hooked", False):  # (every forward: the cheap test first)
-                partial_gradient(sub, name, mesh, f"{fqn(sub)}.{name}")
+            partial_gradient(sub, name, mesh, f"{fqn(sub)}.{name}")
 
