@@ -17,7 +17,9 @@ The floor (issue 13): "hand", the same model and plan written directly in raw co
 (benchmarks/hand.py: Megatron's f, g and the sequence-parallel pair, the in-place vocab-parallel
 cross-entropy, one norm-gradient bucket), checked equal to one process by tests/test_hand.py; the
 small config runs SMALL_ROUNDS interleaved rounds, and the report gives each ratio as the median of
-the per-round ratios with its range.
+the per-round ratios with its range.  The floor table's target reads ours and the floor taking turns
+in the same ranks (benchmarks/overhead.py's ``compare``, PAIRED_STEPS turns each): launched apart,
+their ratio drifts with the machine by more than the difference it is asked about.
 Writes benchmarks/results.md and benchmarks/results.png (a full run: the committed record, headed by the
 commit it ran on); ``--quick`` writes them into a fresh temporary folder, and ``--out DIR`` anywhere.  Under torchrun it runs one
 variant on GPUs: `torchrun --nproc-per-node 2 benchmarks/bench.py --torchrun --impl ours`
@@ -65,15 +67,42 @@ CONFIGS = {
 }
 
 
-def build(config: str, float8: bool = False) -> tuple[Transformer, torch.Tensor, torch.Tensor]:
-    """The model and one batch; ``float8``: the Linears converted as torchtitan does (the output layer stays)."""
+def float8_emulated() -> bool:
+    """True where this CPU's ``torch._scaled_mm`` is a reference loop: oneDNN has a float8 matmul kernel only
+    for some CPUs, and elsewhere runs a loop that was measured here at 0.07 GFLOP/s, a thousand times slower
+    than a float32 matmul (a medium-config step would take hours).  The float8 models then emulate the
+    matmul, as torchao's CPU tests do (``Float8LinearConfig(emulate=True)``: the exact float8 values
+    dequantized and multiplied in float32); casts, scales, collectives and bytes are unchanged."""
+    a, b, one = torch.randn(128, 128), torch.randn(128, 128), torch.tensor(1.0)
+    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).t()
+
+    def fastest(fn) -> float:
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    float32 = fastest(lambda: a @ b)
+    float8 = fastest(lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.float32))
+    return float8 > 50 * float32 + 1e-3  # a kernel is within a few times float32's; the loop is ~1000x
+
+
+def build(config: str, float8: bool = False, emulate: bool | None = None) -> tuple[Transformer, torch.Tensor,
+                                                                                  torch.Tensor]:
+    """The model and one batch; ``float8``: the Linears converted as torchtitan does (the output layer stays),
+    their matmul emulated if ``emulate``; None: where this CPU has no float8 kernel (:func:`float8_emulated`)."""
     c = CONFIGS[config]
     torch.manual_seed(0)
     model = Transformer(ModelArgs(dim=c["dim"], n_layers=c["n_layers"], n_heads=8, vocab_size=c["vocab_size"],
                                   max_seq_len=c["seq"]))
     if float8:
-        from tensorplay_edu.float8 import convert_to_float8_training
-        model = convert_to_float8_training(model, module_filter_fn=lambda mod, fqn: fqn != "output")
+        from tensorplay_edu.float8 import Float8LinearConfig, convert_to_float8_training
+        if emulate is None:
+            emulate = current_device().type == "cpu" and float8_emulated()
+        model = convert_to_float8_training(model, module_filter_fn=lambda mod, fqn: fqn != "output",
+                                           config=Float8LinearConfig(emulate=emulate))
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, c["vocab_size"], (c["batch"], c["seq"]), generator=g)
     return model, tokens, tokens.roll(-1, dims=1)
@@ -310,7 +339,8 @@ def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int, dtype
     if async_tp_on and (impl != "ours" or plan != "full"):
         raise ValueError("async TP goes with impl 'ours' and plan 'full' (the vanilla plan has nothing to decompose)")
     device = current_device()
-    model, tokens, labels = build(config, float8)
+    emulate = float8 and device.type == "cpu" and float8_emulated()  # once per rank
+    model, tokens, labels = build(config, float8, emulate)
     model, tokens, labels = model.to(device, dtype), tokens.to(device), labels.to(device)
     loss_ctx, mesh = contextlib.nullcontext, None
     if impl == "ours":
@@ -406,7 +436,8 @@ def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int, dtype
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"median_s": statistics.median(slowest), "counts": counts, "bytes": nbytes, "saved": saved, "rss_mb": rss_mb,
             "tokens_per_s": tokens.numel() / statistics.median(slowest), "layer_saved": layer_saved,
-            "float8_bytes": float8_bytes, "pinned": pinned, **extra}
+            "float8_bytes": float8_bytes, "pinned": pinned,
+            "float8_emulated": emulate, **extra}
 
 
 def variants(quick: bool):
@@ -420,6 +451,7 @@ def variants(quick: bool):
 # float32 model converted to float8; its rows sit in a table of their own (report.py).
 IMPLS = (("ours", "ours", False), ("hand", "hand", False), ("torch", "torch", False), ("ours float8", "ours", True))
 SMALL_ROUNDS = 6  # interleaved rounds of the small config (the medium one runs the first `repeats` of them)
+PAIRED_STEPS = {"small": 60, "medium": 4}  # the floor table's turns of ours and of the floor, in one launch
 SINGLES = (("single", False), ("single float8", True))
 # Async rows (full plan, async_configs()): row label -> (async TP on, main thread pinned).  "ours" (in IMPLS)
 # is their synchronous reference; the pinned pair runs on 2 ranks only (2 cores here: one for compute).
@@ -469,6 +501,12 @@ def run(args) -> list[dict]:
                 singles.setdefault((config, label), []).append(res)
         print(f"round {rep + 1}/{rounds} done", flush=True)
     table = summarize(rows, singles)
+    if not only:  # the floor table: ours and the floor taking turns in the same ranks (benchmarks/overhead.py)
+        from overhead import compare
+
+        for config, plan, world in todo:
+            pair = compare(config, world, PAIRED_STEPS[config] if not args.quick else 6, plan)
+            table.append({"config": config, "plan": plan, "world": world, "impl": "paired", **pair})
     for config in ([] if only else ["small"] if args.quick else ["small", "medium"]):
         for world in (2, 4):  # the loss alone, ours against the floor's
             res = launch(rank_loss_bench, world, config, 5 if args.quick else 9, timeout=600)[0]
@@ -492,7 +530,7 @@ def summarize(rows, singles) -> list[dict]:
                "rss_mb": max(r["rss_mb"] for r in results),
                "repeats_ms": [1000 * r["median_s"] for r in results],
                "spread": max(r["median_s"] for r in results) / min(r["median_s"] for r in results) - 1}
-        for key in ("total_bytes", "pinned", "sync_counts", "sync_total_bytes"):
+        for key in ("total_bytes", "pinned", "sync_counts", "sync_total_bytes", "float8_emulated"):
             if key in best:
                 row[key] = best[key]
         if any("overlap" in r for r in results):  # each the slowest rank's; the repeat in the middle, whole

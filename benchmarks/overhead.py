@@ -1,9 +1,9 @@
 """What tensorplay_edu costs per training step beyond the hand-written floor, measured in one process.
 
-`make bench` times each variant in launches of its own, a few steps each; on a busy 2-core machine
-the drift between launches is several percent, as large as the difference it is asked to see.  Here
-ours (the full plan, norm gradients bucketed) and the floor (benchmarks/hand.py) live in the same
-ranks and take turns, step by step, on the same batch.  Per step: the wall time of the slowest rank,
+Timed in launches of their own, a few steps each, two variants drift apart by several percent on a
+busy 2-core machine: as large as the difference asked about.  Here ours (norm gradients bucketed
+under the full plan) and the floor (benchmarks/hand.py) live in the same ranks and take turns, step
+by step, on the same batch; `make bench`'s floor table comes from :func:`compare`.  Per step: the wall time of the slowest rank,
 and the main thread's CPU time (``time.thread_time``: waiting in a collective is not CPU, so this is
 the work each rank does, Python included).  A tiny model (every matmul a few microseconds) shows the
 fixed cost alone, split by phase.  Both are checked to compute the same first loss.
@@ -43,19 +43,20 @@ def _build(config: str):
     return model, tokens, tokens.roll(-1, dims=1)
 
 
-def rank_compare(config: str, steps: int) -> dict:
+def rank_compare(config: str, steps: int, plan: str = "full") -> dict:
     """On this rank: ours and hand alternately (who goes first alternates too); medians per step."""
     model, tokens, labels = _build(config)
-    ours = parallelize_llama(model, init_device_mesh("cpu", (dist.get_world_size(),)), "full")
-    hand = HandLlama(_build(config)[0], "full")
+    ours = parallelize_llama(model, init_device_mesh("cpu", (dist.get_world_size(),)), plan)
+    hand = HandLlama(_build(config)[0], plan)
     opts = {"ours": torch.optim.AdamW(ours.parameters(), lr=1e-4), "hand": torch.optim.AdamW(hand.parameters(), lr=1e-4)}
-    bucket_partial_grads(ours, opts["ours"])
+    if plan == "full":  # the norms' partial gradients: one bucket, made whole in opt.step() (the floor: finish_grads)
+        bucket_partial_grads(ours, opts["ours"])
     clock = time.thread_time
 
     def step(name: str) -> tuple[float, list[float]]:
         marks = [clock()]
         if name == "ours":
-            with loss_context("full"):
+            with loss_context(plan):
                 out = ours(tokens)
                 marks.append(clock())
                 loss = llama_loss(out, labels)
@@ -67,7 +68,7 @@ def rank_compare(config: str, steps: int) -> dict:
             loss = hand.loss(out, labels)
             marks.append(clock())
             loss.backward()
-            hand.finish_grads()  # the floor's norm bucket (ours: in the optimizer's pre-step hook)
+            hand.finish_grads()  # the floor's norm bucket, full plan (ours: in the optimizer's pre-step hook)
         marks.append(clock())
         opts[name].step()
         opts[name].zero_grad(set_to_none=True)
@@ -91,14 +92,24 @@ def rank_compare(config: str, steps: int) -> dict:
             "cpu_ms": {k: [1000 * statistics.median(p[j] for p in v) for j in range(len(PHASES))] for k, v in cpu.items()}}
 
 
-def compare(config: str, world: int, steps: int) -> dict:
-    res = launch(rank_compare, world, config, steps, timeout=1200)
-    a, b = res[0]["first_loss"]["ours"], res[0]["first_loss"]["hand"]
+def same_work(first_loss: dict, label: str) -> None:
+    """Raises unless ours and the floor computed the same first loss: the turns compare like with like."""
+    a, b = first_loss["ours"], first_loss["hand"]
     if abs(a - b) > 1e-4 * max(1.0, abs(b)):
-        raise RuntimeError(f"{config}, {world} ranks: ours' first loss {a} is not the floor's {b}: not the same work")
+        raise RuntimeError(f"{label}: ours' first loss {a} is not the floor's {b}: not the same work")
+
+
+def compare(config: str, world: int, steps: int, plan: str = "full") -> dict:
+    """Ours against the floor in ``world`` launched ranks, ``steps`` turns each: the median of the per-step
+    ratios (slowest rank), its quartiles, the median step times, and the CPU a step by phase (the most of
+    any rank).  Raises unless both computed the same first loss."""
+    res = launch(rank_compare, world, config, steps, plan, timeout=1200)
+    same_work(res[0]["first_loss"], f"{config} {plan}, {world} ranks")
     cpu = {k: [max(r["cpu_ms"][k][j] for r in res) for j in range(len(PHASES))] for k in ("ours", "hand")}
-    return {"config": config, "world": world, "steps": steps, "wall_ms": res[0]["wall_ms"],
-            "ratio": statistics.median(res[0]["ratios"]), "cpu_ms": cpu}
+    ratios = res[0]["ratios"]
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    return {"config": config, "plan": plan, "world": world, "steps": steps, "wall_ms": res[0]["wall_ms"],
+            "ratio": statistics.median(ratios), "quartiles": (quartiles[0], quartiles[2]), "cpu_ms": cpu}
 
 
 def render(rows: list[dict]) -> str:

@@ -51,6 +51,27 @@ def test_the_report_has_the_float8_table_and_keeps_the_main_one(tmp_path, monkey
     prose = " ".join(text.split())  # the notes are wrapped
     assert "costs more time than it saves" in prose and "`make gpu-check` (check d2" in prose and "beside d1" in prose
     assert report.float8_section([r for r in table if "float8" not in r["impl"]]) == []  # an old table: no section
+    assert "through `torch._scaled_mm`, on the CPU here" in prose and "emulated" not in prose
+    table[2]["float8_emulated"] = True  # a CPU whose float8 matmul is a reference loop: the report says so
+    prose = " ".join(report.render(table, True, str(tmp_path)).split())
+    assert "its matmuls are emulated: this CPU's `torch._scaled_mm` is oneDNN's reference loop" in prose
+
+
+def test_float8_models_emulate_the_matmul_where_the_cpu_has_only_a_reference_loop(monkeypatch):
+    """bench.float8_emulated() times one 128 x 128 float8 matmul against float32's: a loop a thousand times
+    slower (as oneDNN's reference one on CPUs without a float8 kernel) turns emulation on; a kernel does not."""
+    fast = torch._scaled_mm
+
+    def loop(a, b, **kw):  # a reference loop's pace: about a thousand float32 matmuls
+        for _ in range(1000):
+            a.float() @ b.float()
+        return fast(a, b, **kw)
+
+    for scaled_mm, expected in ((loop, True), (lambda a, b, **kw: a.float() @ b.float(), False)):
+        monkeypatch.setattr(torch, "_scaled_mm", scaled_mm)
+        assert bench.float8_emulated() is expected
+        model = bench.build("small", float8=True)[0]
+        assert {m.config.emulate for m in model.modules() if hasattr(m, "float8_spec")} == {expected}
 
 
 @pytest.mark.parametrize("argv, message", [(["--float8"], "--float8 goes with --torchrun"),
@@ -139,16 +160,25 @@ def test_a_hand_variant_runs_the_floor_and_moves_the_same_gather_bytes():
             assert abs(hand["saved"] - ours["saved"]) <= 0.01 * ours["saved"], (hand["saved"], ours["saved"])
 
 
-def test_the_floor_section_reports_per_round_ratios_and_their_range(tmp_path, monkeypatch):
+def test_the_floor_section_reads_its_target_from_the_turns_and_shows_the_launches_apart(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "_chart", lambda table, path: None)
+    paired = {"config": "small", "plan": "full", "world": 2, "impl": "paired", "steps": 40, "ratio": 1.03,
+              "quartiles": (1.0, 1.06), "wall_ms": {"ours": 103.0, "hand": 100.0}}
     table = [_row("ours", ms=105, repeats_ms=[100, 110, 104]), _row("hand", ms=100, repeats_ms=[100, 100, 100]),
-             _row("torch", ms=150, repeats_ms=[140, 160, 150]), _row("ours", "gathered"), _row("single", "-", 1, 90)]
+             _row("torch", ms=150, repeats_ms=[140, 160, 150]), _row("ours", "gathered"), _row("single", "-", 1, 90),
+             paired]
     text = report.render(table, True, str(tmp_path))
     assert "## The floor: the same model written by hand" in text
-    # per-round ratios 1.00, 1.10, 1.04: median 1.04 (met), range 1.00 to 1.10; against PyTorch 0.71, 0.69, 0.69
-    assert "| small | full | 2 | 3 | 100 | 105 | 150 | 1.04 | 1.00 to 1.10 | <= 1.05 met | 0.69 | 0.69 to 0.71 |" in text
+    # in turns: 1.03 (met), middle half 1.00 to 1.06; launched apart, per-round ratios 1.00, 1.10, 1.04: median
+    # 1.04, range 1.00 to 1.10; against PyTorch 0.71, 0.69, 0.69
+    assert ("| small | full | 2 | 40 | 100 | 103 | 1.030 | 1.00 to 1.06 | <= 1.05 met | 3 | 1.04 | 1.00 to 1.10 | "
+            "0.69 | 0.69 to 0.71 |") in text
     assert "Floor targets met: 1 of 1." in text
-    assert report.floor_section([r for r in table if r["impl"] != "hand"]) == []  # an old table: no section
+    paired["ratio"] = 1.06  # the target reads the turns, whatever the launches apart say (1.04 here)
+    text = report.render(table, True, str(tmp_path))
+    assert "| 1.060 | 1.00 to 1.06 | <= 1.05 MISSED | 3 | 1.04 |" in text and "Floor targets met: 0 of 1." in text
+    for gone in ("hand", "paired"):  # an old table: no section
+        assert report.floor_section([r for r in table if r["impl"] != gone]) == []
 
 
 def test_the_loss_alone_is_timed_against_the_floor(tmp_path, monkeypatch):
@@ -192,12 +222,25 @@ def test_the_committed_record_and_the_readme_name_the_same_full_run():
 
 
 def test_overhead_runs_ours_and_the_floor_in_turns_on_the_same_work():
-    """benchmarks/overhead.py: tiny model, 2 ranks, 2 alternating steps; compare() raises unless the first
-    losses agree, and the report has the row with one CPU figure per phase."""
+    """benchmarks/overhead.py: tiny model, 2 ranks, 3 alternating steps of each plan; compare() raises unless
+    the first losses agree, and the report has the row with one CPU figure per phase."""
     import overhead
 
-    row = overhead.compare("tiny", 2, 2)
-    assert row["config"] == "tiny" and row["world"] == 2 and set(row["wall_ms"]) == {"ours", "hand"}
-    assert all(len(v) == len(overhead.PHASES) and min(v) >= 0 for v in row["cpu_ms"].values())
-    table = overhead.render([row])
-    assert "| tiny | 2 | 2 |" in table and table.count("\n") == 2
+    for plan in ("full", "vanilla"):
+        row = overhead.compare("tiny", 2, 3, plan)
+        assert (row["config"], row["plan"], row["world"], row["steps"]) == ("tiny", plan, 2, 3)
+        assert set(row["wall_ms"]) == {"ours", "hand"} and min(row["wall_ms"].values()) > 0
+        low, high = row["quartiles"]
+        assert 0 < low <= row["ratio"] <= high
+        assert all(len(v) == len(overhead.PHASES) and min(v) >= 0 for v in row["cpu_ms"].values())
+        table = overhead.render([row])
+        assert "| tiny | 2 | 3 |" in table and table.count("\n") == 2
+
+
+def test_the_turns_refuse_two_models_that_do_not_compute_the_same_loss():
+    """compare() checks the first losses of ours and the floor before it reports a ratio."""
+    import overhead
+
+    overhead.same_work({"ours": 2.5, "hand": 2.5 + 1e-5}, "small full, 2 ranks")  # float32 rounding: the same
+    with pytest.raises(RuntimeError, match="small full, 2 ranks: ours' first loss 2.6 is not the floor's 2.5"):
+        overhead.same_work({"ours": 2.6, "hand": 2.5}, "small full, 2 ranks")
