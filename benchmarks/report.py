@@ -121,7 +121,7 @@ def floor_section(table: list[dict]) -> list[str]:
              "median of the per-round ratios and their range. On this 2-core machine the launches drift by more "
              "than the difference asked about, so the target reads the ratio taken in turns.", "",
              "| config | plan | ranks | turns | hand ms | ours ms | ours/hand | middle half | target "
-             "| launched apart: rounds | ours/hand | range | ours/PyTorch | range |",
+             "| rounds apart | ours/hand apart | range | ours/PyTorch apart | range |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     met = []
     for row, key in rows:
@@ -133,7 +133,7 @@ def floor_section(table: list[dict]) -> list[str]:
         low, high = pair["quartiles"]
         lines.append(f"| {row['config']} | {row['plan']} | {row['world']} | {pair['steps']} | "
                      f"{pair['wall_ms']['hand']:.0f} | {pair['wall_ms']['ours']:.0f} | {pair['ratio']:.3f} | "
-                     f"{low:.2f} to {high:.2f} | <= {TARGET_FLOOR} {'met' if met[-1] else 'MISSED'} | {len(apart)} | "
+                     f"{low:.3f} to {high:.3f} | <= {TARGET_FLOOR} {'met' if met[-1] else 'MISSED'} | {len(apart)} | "
                      f"{statistics.median(apart):.2f} | {min(apart):.2f} to {max(apart):.2f} | {torch_mid} | "
                      f"{torch_span} |")
     lines += ["", f"Floor targets met: {sum(met)} of {len(met)}. The hand-written model issues the same collectives "

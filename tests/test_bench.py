@@ -171,12 +171,12 @@ def test_the_floor_section_reads_its_target_from_the_turns_and_shows_the_launche
     assert "## The floor: the same model written by hand" in text
     # in turns: 1.03 (met), middle half 1.00 to 1.06; launched apart, per-round ratios 1.00, 1.10, 1.04: median
     # 1.04, range 1.00 to 1.10; against PyTorch 0.71, 0.69, 0.69
-    assert ("| small | full | 2 | 40 | 100 | 103 | 1.030 | 1.00 to 1.06 | <= 1.05 met | 3 | 1.04 | 1.00 to 1.10 | "
+    assert ("| small | full | 2 | 40 | 100 | 103 | 1.030 | 1.000 to 1.060 | <= 1.05 met | 3 | 1.04 | 1.00 to 1.10 | "
             "0.69 | 0.69 to 0.71 |") in text
     assert "Floor targets met: 1 of 1." in text
     paired["ratio"] = 1.06  # the target reads the turns, whatever the launches apart say (1.04 here)
     text = report.render(table, True, str(tmp_path))
-    assert "| 1.060 | 1.00 to 1.06 | <= 1.05 MISSED | 3 | 1.04 |" in text and "Floor targets met: 0 of 1." in text
+    assert "| 1.060 | 1.000 to 1.060 | <= 1.05 MISSED | 3 | 1.04 |" in text and "Floor targets met: 0 of 1." in text
     for gone in ("hand", "paired"):  # an old table: no section
         assert report.floor_section([r for r in table if r["impl"] != gone]) == []
 
