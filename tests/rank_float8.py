@@ -32,12 +32,20 @@ def _loss_of(plan, labels):
 
 
 def against_one_device(plan: str, dtype_name: str, apply=None) -> tuple[list[str], int]:
-    """The float8 TP model against the same float8 model on one process (the casts are the same)."""
+    """The float8 TP model against the same float8 model on one process (the casts are the same).
+
+    SGD and AdamW in float64; SGD only in float32, where TP and one device sum in other orders.  AdamW
+    divides each gradient element by its own running size, so a near-zero element that differs by less
+    than the gradient check's atol (and float8 casts turn order differences into more than rounding)
+    moves its weight by a good part of lr: after 3 steps 2e-5 to 2e-4 on this machine's CPUs, an artefact
+    of the optimizer's conditioning, not of the parallelism.  In float64 the orders differ by ~1e-16 and
+    AdamW's weights are compared at rtol 1e-9."""
     labels = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(5))
     parallelize = apply or (lambda m, mesh: parallelize_llama(m, mesh, plan, float8=True))
     return train_compare(f"float8 {plan}", float8_llama, parallelize,
                          lambda g, dt: torch.randint(0, 50, (2, 12), generator=g), loss_of=_loss_of(plan, labels),
-                         dtype=getattr(torch, dtype_name), input_grad=False)
+                         dtype=getattr(torch, dtype_name), input_grad=False,
+                         optimizers=("sgd", "adamw") if dtype_name == "float64" else ("sgd",))
 
 
 def seed_float8(source: str | None) -> tuple[list[str], int]:

@@ -32,8 +32,9 @@ def test_float8_tp_equals_the_float8_model_on_one_device(plan, world_size):
 
 @pytest.mark.parametrize("plan", ["vanilla", "full"])
 def test_float8_tp_with_scaled_mm_equals_one_device(plan):
-    """float32 model: torch._scaled_mm (float32 accumulation) on both sides (rtol 2e-5)."""
-    _clean(launch(functools.partial(rank_float8.against_one_device, plan, "float32"), 4), at_least=180)
+    """float32 model: torch._scaled_mm (float32 accumulation) on both sides (rtol 2e-5), trained with SGD
+    (AdamW's weights are compared in float64 above: rank_float8.against_one_device says why)."""
+    _clean(launch(functools.partial(rank_float8.against_one_device, plan, "float32"), 4), at_least=90)
 
 
 

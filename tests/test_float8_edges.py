@@ -57,7 +57,8 @@ def test_biased_float8_mlp(world_size, styles, out):
 
 @pytest.mark.parametrize("config", ["recipe", "fsdp all-gather, emulate", "recompute weight", "power of 2 scales"])
 def test_torchtitans_converter_calls(config):
-    _clean(launch(rank_float8_edges.torchtitan_converter, 2, config), at_least=180)
+    """Each config in float64 (SGD and AdamW) and, but the emulated one, in float32 through torch._scaled_mm (SGD)."""
+    _clean(launch(rank_float8_edges.torchtitan_converter, 2, config), at_least=180 if "emulate" in config else 270)
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 2e-6)])
