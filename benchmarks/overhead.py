@@ -3,10 +3,11 @@
 Timed in launches of their own, a few steps each, two variants drift apart by several percent on a
 busy 2-core machine: as large as the difference asked about.  Here ours (norm gradients bucketed
 under the full plan) and the floor (benchmarks/hand.py) live in the same ranks and take turns, step
-by step, on the same batch; `make bench`'s floor table comes from :func:`compare`.  Per step: the wall time of the slowest rank,
-and the main thread's CPU time (``time.thread_time``: waiting in a collective is not CPU, so this is
-the work each rank does, Python included).  A tiny model (every matmul a few microseconds) shows the
-fixed cost alone, split by phase.  Both are checked to compute the same first loss.
+by step, on the same batch; `make bench`'s floor table comes from :func:`compare`.  Per step: the
+wall time of the slowest rank, and the main thread's CPU time (``time.thread_time``: waiting in a
+collective is not CPU, so this is the work each rank does, Python included).  A tiny model (every
+matmul a few microseconds) shows the fixed cost alone, split by phase.  Both are checked to compute
+the same first loss.
 
     python benchmarks/overhead.py               # small config at 2 and 4 ranks, tiny model at 2
     python benchmarks/overhead.py --steps 6     # fewer steps
@@ -49,7 +50,7 @@ def rank_compare(config: str, steps: int, plan: str = "full") -> dict:
     ours = parallelize_llama(model, init_device_mesh("cpu", (dist.get_world_size(),)), plan)
     hand = HandLlama(_build(config)[0], plan)
     opts = {"ours": torch.optim.AdamW(ours.parameters(), lr=1e-4), "hand": torch.optim.AdamW(hand.parameters(), lr=1e-4)}
-    if plan == "full":  # the norms' partial gradients: one bucket, made whole in opt.step() (the floor: finish_grads)
+    if plan == "full":  # the norms' partial gradients: one bucket, made whole in opt.step() (hand: its own)
         bucket_partial_grads(ours, opts["ours"])
     clock = time.thread_time
 
