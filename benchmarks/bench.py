@@ -89,18 +89,15 @@ def float8_emulated() -> bool:
     return float8 > 50 * float32 + 1e-3  # a kernel is within a few times float32's; the loop is ~1000x
 
 
-def build(config: str, float8: bool = False, emulate: bool | None = None) -> tuple[Transformer, torch.Tensor,
-                                                                                  torch.Tensor]:
+def build(config: str, float8: bool = False, emulate: bool = False) -> tuple[Transformer, torch.Tensor, torch.Tensor]:
     """The model and one batch; ``float8``: the Linears converted as torchtitan does (the output layer stays),
-    their matmul emulated if ``emulate``; None: where this CPU has no float8 kernel (:func:`float8_emulated`)."""
+    their matmul emulated if ``emulate`` (rank_bench asks :func:`float8_emulated`)."""
     c = CONFIGS[config]
     torch.manual_seed(0)
     model = Transformer(ModelArgs(dim=c["dim"], n_layers=c["n_layers"], n_heads=8, vocab_size=c["vocab_size"],
                                   max_seq_len=c["seq"]))
     if float8:
         from tensorplay_edu.float8 import Float8LinearConfig, convert_to_float8_training
-        if emulate is None:
-            emulate = current_device().type == "cpu" and float8_emulated()
         model = convert_to_float8_training(model, module_filter_fn=lambda mod, fqn: fqn != "output",
                                            config=Float8LinearConfig(emulate=emulate))
     g = torch.Generator().manual_seed(1)

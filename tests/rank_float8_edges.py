@@ -100,9 +100,10 @@ def torchtitan_converter(config_name: str) -> tuple[list[str], int]:
     # float64 (matmuls emulated): SGD and AdamW; float32 (torch._scaled_mm): SGD, as rank_float8.against_one_device
     for dtype in (torch.float64,) if config_name == "fsdp all-gather, emulate" else (torch.float64, torch.float32):
         more, count = train_compare(f"converter {config_name}", build,
-                                lambda model, mesh: parallelize_llama(model, mesh, "full", float8=True),
-                                lambda g, dt: torch.randint(0, 50, (2, 12), generator=g), loss_of=loss_of, dtype=dtype,
-                                input_grad=False, optimizers=("sgd", "adamw") if dtype == torch.float64 else ("sgd",))
+                                    lambda model, mesh: parallelize_llama(model, mesh, "full", float8=True),
+                                    lambda g, dt: torch.randint(0, 50, (2, 12), generator=g), loss_of=loss_of,
+                                    dtype=dtype, input_grad=False,
+                                    optimizers=("sgd", "adamw") if dtype == torch.float64 else ("sgd",))
         fails, n = fails + more, n + count
     converted = build()
     kinds = {type(m).__name__ for name, m in converted.named_modules() if name.startswith("layers")}

@@ -70,7 +70,7 @@ def test_float8_models_emulate_the_matmul_where_the_cpu_has_only_a_reference_loo
     for scaled_mm, expected in ((loop, True), (lambda a, b, **kw: a.float() @ b.float(), False)):
         monkeypatch.setattr(torch, "_scaled_mm", scaled_mm)
         assert bench.float8_emulated() is expected
-        model = bench.build("small", float8=True)[0]
+        model = bench.build("small", float8=True, emulate=expected)[0]
         assert {m.config.emulate for m in model.modules() if hasattr(m, "float8_spec")} == {expected}
 
 
