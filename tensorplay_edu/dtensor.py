@@ -96,18 +96,25 @@ def _unsupported(name: str, placements) -> NotImplementedError:
 class DTensor:
     """A global tensor laid out over a mesh; construct with ``from_local`` or ``distribute_tensor``."""
 
+    # made in every hook: its own fields in slots (a feature may still tag one: __dict__)
+    __slots__ = ("_local", "_mesh", "_placements", "_shape", "_grad_layout", "_scope", "__dict__", "__weakref__")
+
     def __init__(self, local: torch.Tensor, mesh: DeviceMesh, placements: tuple, shape, grad_layout: GradLayout,
                  scope: str | None = None):
         self._local, self._mesh, self._placements = local, mesh, tuple(placements)
-        self._shape, self._grad_layout = torch.Size(shape), grad_layout
+        self._shape = shape if type(shape) is torch.Size else torch.Size(shape)
+        self._grad_layout = grad_layout
         self._scope = scope  # from_local's: its identity node is not made yet (see _identity_node)
 
     def _identity_node(self) -> None:
         """from_local's identity node (backward: the table from the readers' declared gradient layout to the
         tensor's own), made when first needed: a reader declaring another layout (``grad_placements=[Partial()]``,
         f) or a view.  Later readers share it (one collective for their summed gradients); it is attributed to
-        from_local's module.  While readers take the default it would move nothing, so a hook costs no node."""
-        if self._scope is not None and self._local.requires_grad:
+        from_local's module.  While readers take the default it would move nothing, so a hook costs no node;
+        nor does a tensor sharded on every mesh dim, whose readers can only declare its own layout (the
+        class-sharded logits that ``loss_parallel`` flattens)."""
+        if self._scope is not None and self._local.requires_grad and not all(
+                isinstance(p, Shard) for p in self._placements):
             with module_scope(self._scope):
                 self._local = Redistribute.apply(self._local, self._mesh, self._placements, self._placements,
                                                  self._shape, self._grad_layout)
@@ -160,7 +167,7 @@ class DTensor:
             if grad_placements is None:
                 self._grad_layout.declare(self._grad_layout.default)
             else:
-                _, gp = _resolve(self._mesh, grad_placements, self.ndim, "to_local(grad_placements=...)")
+                _, gp = _resolve(self._mesh, grad_placements, len(self._shape), "to_local(grad_placements=...)")
                 for p, g in zip(self._placements, gp):
                     if (isinstance(p, Shard) or isinstance(g, Shard)) and p != g:
                         raise ValueError(
@@ -177,9 +184,9 @@ class DTensor:
 
         ``async_op`` is accepted for PyTorch compatibility; collectives here are synchronous.
         """
-        if device_mesh is not None and device_mesh != self._mesh:
+        if device_mesh is not None and device_mesh is not self._mesh and device_mesh != self._mesh:
             raise NotImplementedError("redistribute: moving a DTensor to another mesh is not supported")
-        _, dst = _resolve(self._mesh, placements, self.ndim, "DTensor.redistribute")
+        _, dst = _resolve(self._mesh, placements, len(self._shape), "DTensor.redistribute")
         if self._local.requires_grad:
             self._grad_layout.declare(self._grad_layout.default)  # backward returns for_gradient(src)
         layout = GradLayout(dst)

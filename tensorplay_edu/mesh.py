@@ -168,6 +168,7 @@ class DeviceMesh:
         self.device_type = device_type
         self.mesh = torch.as_tensor(mesh, dtype=torch.int64, device="cpu")
         self._shape = tuple(self.mesh.shape)  # read on every transition: a tuple, not the tensor
+        self._numel = self.mesh.numel()  # size(): read by every hook, so a number, not a tensor method
         if mesh_dim_names is not None:
             mesh_dim_names = tuple(mesh_dim_names)
             if len(mesh_dim_names) != self.mesh.ndim:
@@ -220,6 +221,8 @@ class DeviceMesh:
         return self._shape
 
     def _dim(self, mesh_dim: int | str | None) -> int:
+        if type(mesh_dim) is int and 0 <= mesh_dim < len(self._shape):  # the table's case, every transition
+            return mesh_dim
         if mesh_dim is None:
             if self.ndim != 1:
                 raise RuntimeError(f"this mesh is {self.ndim}-D {self.shape}: pass mesh_dim (an index or a name)")
@@ -232,7 +235,7 @@ class DeviceMesh:
 
     def size(self, mesh_dim: int | str | None = None) -> int:
         """Ranks in the whole mesh, or along one dimension."""
-        return self.mesh.numel() if mesh_dim is None else self._shape[self._dim(mesh_dim)]
+        return self._numel if mesh_dim is None else self._shape[self._dim(mesh_dim)]
 
     def get_group(self, mesh_dim: int | str | None = None):
         """The process group of one mesh dimension (the only one for a 1-D mesh)."""

@@ -128,6 +128,8 @@ class GradLayout:
     its declarations to its parent, with ``Shard`` dims mapped back.
     """
 
+    __slots__ = ("default", "declared", "parent", "to_parent")  # one per DTensor: made in every hook
+
     def __init__(self, placements: tuple, parent: "GradLayout | None" = None, to_parent=None):
         self.default = for_gradient(placements)
         self.declared: tuple | None = None

@@ -157,7 +157,7 @@ class _VocabParallelNLL(torch.autograd.Function):
         elif softmax:  # lse given (nll_loss of our log_softmax): the softmax in one fresh buffer
             buf = (rows - lse[:, None]).exp_()
         packed = _all_reduce(torch.stack(sums), mesh, [tp])  # [1 or 2, N]
-        w_y = (torch.ones_like(lse) if weight is None else weight[safe].to(lse.dtype)) * valid
+        w_y = valid.to(lse.dtype) if weight is None else weight[safe].to(lse.dtype) * valid
         loss = (1 - eps) * w_y * (lse - packed[0])
         total_w = classes if weight is None else weight.sum()
         if eps > 0:

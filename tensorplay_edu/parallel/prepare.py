@@ -38,7 +38,7 @@ def _convert(x, layout, desired, mesh, use_local, module):
             if not isinstance(x, torch.Tensor):
                 raise AssertionError(f"expecting input to be a torch.Tensor! ('{fqn(module)}' got {type(x).__name__})")
             x = DTensor.from_local(x, mesh, [layout])
-        if desired == Replicate() and isinstance(x.placements[0], Shard) and is_async(mesh):
+        if isinstance(desired, Replicate) and isinstance(x.placements[0], Shard) and is_async(mesh):
             readers = [m for m in module.modules() if getattr(m, "_tp_colwise", False)]
             if readers and ring_ok(x, readers, mesh):  # async TP: the all-gather as a ring fused with the matmuls
                 return ring_input(x, mesh, readers, fqn(module))
@@ -49,11 +49,17 @@ def _convert(x, layout, desired, mesh, use_local, module):
 
 def _follow(desired, module, mesh, values) -> None:
     """The random stream for what the module's code gets: its own per rank if every converted
-    tensor is sharded, the shared one if any is replicated (see rng.py)."""
-    layouts = [p for p in desired if p is not None]
-    tensor = next((v for v in values if isinstance(v, (torch.Tensor, DTensor))), None)
-    if layouts and tensor is not None:
-        follow_layout(all(isinstance(p, Shard) for p in layouts), module, mesh, tensor)
+    tensor is sharded, the shared one if any is replicated (see rng.py).  ``desired``: the
+    converted tensors' layouts (``_stream`` of the desired layouts, worked out once)."""
+    if desired:
+        tensor = next((v for v in values if isinstance(v, (torch.Tensor, DTensor))), None)
+        if tensor is not None:
+            follow_layout(all(isinstance(p, Shard) for p in desired), module, mesh, tensor)
+
+
+def _stream(desired) -> list:
+    """The layouts that decide the random stream: those of the converted tensors."""
+    return [p for p in desired if p is not None]
 
 
 class PrepareModuleInput(ParallelStyle):
@@ -103,7 +109,7 @@ class PrepareModuleInput(ParallelStyle):
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         claim(self, module)
-        desired = [*(self.desired_input_layouts or ()), *self.desired_input_kwarg_layouts.values()]
+        desired = _stream([*(self.desired_input_layouts or ()), *self.desired_input_kwarg_layouts.values()])
         if self.with_kwargs:
             def hook(mod, args, kwargs):
                 args, kwargs = self._prepare_args(mod, args, device_mesh), self._prepare_kwargs(mod, kwargs, device_mesh)
@@ -148,10 +154,11 @@ class PrepareModuleOutput(ParallelStyle):
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         claim(self, module)
+        desired = _stream(self.desired_output_layouts)
 
         def hook(mod, inputs, outputs):
             out = self._prepare_output(mod, outputs, device_mesh)
-            _follow(self.desired_output_layouts, mod, device_mesh, out if isinstance(out, tuple) else (out,))
+            _follow(desired, mod, device_mesh, out if isinstance(out, tuple) else (out,))
             return out
         module.register_forward_hook(hook)
         return module

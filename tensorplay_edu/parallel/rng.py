@@ -81,8 +81,8 @@ def _draw(gen: torch.Generator) -> int:
     without a tensor op (nothing a host-sync check would see)."""
     if gen.device.type == "cuda":  # philox: the state is (seed, offset)
         state = f"{gen.initial_seed()} {gen.get_offset()}".encode()
-    else:  # mt19937: 5 kB of state
-        state = gen.get_state().numpy().tobytes()
+    else:  # mt19937: 5 kB of state, hashed where it lies (no bytes copy)
+        state = gen.get_state().numpy()
     return int.from_bytes(hashlib.blake2b(state, digest_size=4).digest(), "little")
 
 
@@ -102,14 +102,21 @@ def to_shared_stream(gen: torch.Generator) -> None:
 
 
 def follow_layout(sharded: bool, module: torch.nn.Module, mesh, tensor) -> None:
-    """Called by the styles' hooks: the stream ``tensor``'s layout needs, in training mode."""
-    device = getattr(tensor, "device", None)
-    if not module.training or not isinstance(device, torch.device):
+    """Called by the styles' hooks: the stream ``tensor``'s layout needs, in training mode.
+    Every hook calls it, so the usual case (already on that stream) is one read of the seed."""
+    if not module.training:
         return
-    gen = _generator(device)
-    if sharded and mesh.size() > 1:
-        to_rank_stream(gen, mesh.get_local_rank())
+    if isinstance(tensor, torch.Tensor):
+        gen = _generator(tensor.device) if tensor.is_cuda else torch.default_generator
+    elif isinstance(getattr(tensor, "device", None), torch.device):  # a DTensor
+        gen = _generator(tensor.device)
     else:
+        return
+    on_rank = gen.initial_seed() >> 48 == _TAG
+    if sharded and mesh.size() > 1:
+        if not on_rank:
+            to_rank_stream(gen, mesh.get_local_rank())
+    elif on_rank:
         to_shared_stream(gen)
 
 

@@ -85,6 +85,7 @@ def _partial_gradients(module: nn.Module, mesh: DeviceMesh) -> None:
     """Every parameter's gradient is a partial sum over the TP group: reduce it as it arrives."""
     for sub in module.modules():
         attach_own_layouts(sub)
-        for name, param in sub.named_parameters(recurse=False):
-            partial_gradient(sub, name, mesh, f"{fqn(sub)}.{name}")
+        for name, param in sub._parameters.items():  # every forward: hooked ones are skipped at a glance
+            if param is not None and param.requires_grad and not getattr(param, "_tp_grad_hooked", False):
+                partial_gradient(sub, name, mesh, f"{fqn(sub)}.{name}")
 

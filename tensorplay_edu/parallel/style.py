@@ -110,7 +110,12 @@ def input_as_dtensor(x, mesh: DeviceMesh, layout: Placement, shape=None) -> DTen
 def to_layout(dt: DTensor, layout: Placement) -> DTensor:
     """``dt`` redistributed to ``layout`` if it is not there already (negative dims normalised)."""
     target = layout.normalized(dt.ndim) if isinstance(layout, Shard) else layout
-    return dt if dt.placements == (target,) else dt.redistribute(dt.device_mesh, [target])
+    return dt if dt.placements == (target,) else dt.redistribute(placements=(target,))
+
+
+def on_last_dim(layout: Placement, ndim: int) -> bool:
+    """Is ``layout`` ``Shard(-1)``, i.e. ``Shard(ndim - 1)``?  (Asked in every forward: no objects made.)"""
+    return isinstance(layout, Shard) and layout.dim in (-1, ndim - 1)
 
 
 def _shape_with(local: torch.Tensor, dim: int, size: int) -> list[int]:
@@ -174,6 +179,9 @@ class _LinearOrEmbedding(ParallelStyle):
         return dt.to_local() if self.use_local_output else dt
 
 
+_REPLICATED, _PARTIAL = (Replicate(),), (Partial(),)  # compared with, and declared, in every forward
+
+
 class ColwiseParallel(_LinearOrEmbedding):
     """Split the output features: Linear weight and bias on Shard(0), Embedding weight on Shard(1).
 
@@ -203,7 +211,7 @@ class ColwiseParallel(_LinearOrEmbedding):
         x = inputs[0]
         if isinstance(x, RingInput):  # its all-gather runs fused with its readers' matmuls
             return inputs
-        if not (isinstance(x, DTensor) and x.placements == (Replicate(),)):  # else whole already: nothing moves
+        if not (isinstance(x, DTensor) and x.placements == _REPLICATED):  # else whole already: nothing moves
             with module_scope(fqn(module)):
                 x = input_as_dtensor(x, mesh, self.input_layouts[0], self._input_shape(module, x, mesh))
                 if isinstance(module, nn.Linear) and isinstance(x.placements[0], Shard) and ring_ok(x, [module], mesh):
@@ -212,11 +220,11 @@ class ColwiseParallel(_LinearOrEmbedding):
         # x @ W_local^T: each rank's input gradient is an addend (Partial), so reading x is Megatron's f.
         # Readers of ONE DTensor share one f: hand wq/wk/wv the same DTensor (PrepareModuleInput on their
         # parent, use_local_output=False) and their gradients are summed before a single all-reduce.
-        grad = [Partial()] if isinstance(module, nn.Linear) else None
+        grad = _PARTIAL if isinstance(module, nn.Linear) else None
         return (x.to_local(grad_placements=grad),)
 
     def _prepare_output(self, module, out, mesh, inputs=None):  # out: [.., out/t]
-        if self.use_local_output and self.output_layouts[0] in (Shard(-1), Shard(out.ndim - 1)):
+        if self.use_local_output and on_last_dim(self.output_layouts[0], out.ndim):
             return out  # already the declared layout: a DTensor made and unmade here would do nothing
         features = module.out_features if isinstance(module, nn.Linear) else module.embedding_dim
         dt = DTensor.from_local(out, mesh, [Shard(-1)], shape=_shape_with(out, -1, features))
@@ -261,7 +269,7 @@ class RowwiseParallel(_LinearOrEmbedding):
         attach_own_layouts(module)  # no-op unless the parameters were replaced (to_empty, assign=True)
         x = inputs[0]
         if (isinstance(module, nn.Linear) and isinstance(x, torch.Tensor) and x.ndim
-                and self.input_layouts[0] in (Shard(-1), Shard(x.ndim - 1)) and x.shape[-1] == module.weight.shape[1]):
+                and on_last_dim(self.input_layouts[0], x.ndim) and x.shape[-1] == module.weight.shape[1]):
             return inputs  # this rank's features already [.., in/t]: a DTensor made and unmade would do nothing
         with module_scope(fqn(module)):
             x = to_layout(input_as_dtensor(inputs[0], mesh, self.input_layouts[0], self._input_shape(module, inputs[0], mesh)),
@@ -339,4 +347,5 @@ def _vocab_parallel_embedding(self: nn.Embedding, ids: torch.Tensor) -> torch.Te
     if rows == 0:  # this rank holds no rows: every id is someone else's
         return self.weight.new_zeros((*ids.shape, self.embedding_dim)) + 0 * self.weight.sum()
     out = F.embedding(local_ids, self.weight, pad, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse)
-    return out.masked_fill(outside.unsqueeze(-1), 0.0)  # [.., dim], this rank's addend
+    # zeroed in place (the embedding's backward does not read its output): [.., dim], this rank's addend
+    return out.masked_fill_(outside.unsqueeze(-1), 0.0)
