@@ -12,7 +12,7 @@ from rank_checks import chunk
 from rank_scratch import Checker
 from tensorplay_edu import init_device_mesh
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
-from tensorplay_edu.parallel import full_state_dict, param_layout
+from tensorplay_edu.parallel import bucket_partial_grads, full_state_dict, param_layout
 from tensorplay_edu.parallel.params import as_dtensor
 
 # one model for every TP degree 1-4: 12 heads; vocabulary 50 and FFN hidden 128 uneven at 3 and 4
@@ -28,8 +28,9 @@ def _adamw(params):
     return torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1)
 
 
-def build(plan: str, dp: int = 1, wrap: str | None = None, seed: int = 0):
-    """(what is called, the model, the optimizer, dp rank) on a TP or (dp, tp) mesh."""
+def build(plan: str, dp: int = 1, wrap: str | None = None, seed: int = 0, bucket: bool = False):
+    """(what is called, the model, the optimizer, dp rank) on a TP or (dp, tp) mesh; ``bucket``: the
+    norms' partial gradients in one bucket, made whole by the optimizer's step."""
     world = dist.get_world_size()
     mesh = init_device_mesh("cpu", (dp, world // dp), mesh_dim_names=("dp", "tp")) if dp > 1 else \
         init_device_mesh("cpu", (world,))
@@ -47,7 +48,10 @@ def build(plan: str, dp: int = 1, wrap: str | None = None, seed: int = 0):
             fully_shard(block, mesh=dp_mesh)
         fully_shard(model, mesh=dp_mesh)
         # attach_layouts(model) left out on purpose: DCP and full_state_dict read the modules' layouts
-    return runner, model, _adamw(runner.parameters()), (mesh.get_local_rank("dp") if dp > 1 else 0)
+    opt = _adamw(runner.parameters())
+    if bucket:
+        bucket_partial_grads(model, opt)
+    return runner, model, opt, (mesh.get_local_rank("dp") if dp > 1 else 0)
 
 
 def train(runner, opt, plan: str, steps: range, dp: int = 1, dp_rank: int = 0) -> None:
@@ -87,11 +91,11 @@ def snapshot(model, opt) -> dict:
             "optim": full_optimizer_state(model, opt)}
 
 
-def save(path: str, plan: str, dp: int = 1, wrap: str | None = None, steps: int = 2) -> dict:
+def save(path: str, plan: str, dp: int = 1, wrap: str | None = None, steps: int = 2, bucket: bool = False) -> dict:
     """Train, save model and optimizer with DCP; rank 0 returns the single-device view of both."""
     from tensorplay_edu.parallel.checkpoint import get_state_dict
 
-    runner, model, opt, dp_rank = build(plan, dp, wrap)
+    runner, model, opt, dp_rank = build(plan, dp, wrap, bucket=bucket)
     train(runner, opt, plan, range(steps), dp, dp_rank)
     model_sd, optim_sd = get_state_dict(runner, opt)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
@@ -100,12 +104,12 @@ def save(path: str, plan: str, dp: int = 1, wrap: str | None = None, steps: int 
 
 
 def resume(path: str, saved: dict, plan: str, dp: int = 1, wrap: str | None = None, steps: int = 2,
-           more: int = 2) -> tuple[list[str], int]:
+           more: int = 2, bucket: bool = False) -> tuple[list[str], int]:
     """A fresh model (another seed) at this layout loads the checkpoint: exactly what was saved;
     ``more`` steps later it still equals one process trained ``steps + more`` steps."""
     from tensorplay_edu.parallel.checkpoint import get_state_dict, set_state_dict
 
-    runner, model, opt, dp_rank = build(plan, dp, wrap, seed=1)
+    runner, model, opt, dp_rank = build(plan, dp, wrap, seed=1, bucket=bucket)
     check = Checker()
     model_sd, optim_sd = get_state_dict(runner, opt)
     state = {"model": model_sd, "optim": optim_sd}

@@ -147,3 +147,46 @@ def alternating_norms() -> tuple[list[str], int]:
             if not torch.allclose(got, p.grad, **TOL[torch.float64]):
                 fails.append(f"alternating norms: {which}.{name}")
     return fails, 4
+
+
+def fsdp2_keeps_unsharded() -> tuple[list[str], int]:
+    """FSDP2 over dp with ``set_reshard_after_backward(False)``: after backward the modules still hold
+    the unsharded parameters (the bucket's hooks sit on them) and the reduced gradients are on the
+    sharded ones.  finalize() (inside clip_grad_norm_ of the sharded parameters) must find those: the
+    norm and every gradient against one process."""
+    from torch.distributed.device_mesh import DeviceMesh as TorchDeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    from tensorplay_edu.parallel import attach_layouts
+    from tensorplay_edu.parallel.params import as_dtensor, param_layout
+
+    mesh = init_device_mesh("cpu", (2, dist.get_world_size() // 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(0)
+    ref = Transformer(ARGS).double()
+    model = parallelize_llama(copy.deepcopy(ref), mesh["tp"], "full")
+    torch_dp = TorchDeviceMesh.from_group(mesh.get_group("dp"), "cpu")
+    for module in (*model.layers.values(), model):
+        fully_shard(module, mesh=torch_dp)
+        module.set_reshard_after_backward(False)
+    attach_layouts(model)
+    named = list(model.named_parameters())  # the sharded parameters
+    bucket_partial_grads(model)
+    tokens = torch.randint(0, 40, (4, 12), generator=torch.Generator().manual_seed(1))
+    mine = chunk(tokens, 0, 2, mesh.get_local_rank("dp"))
+    with loss_context("full"):
+        llama_loss(model(mine), mine).backward()
+    llama_loss(ref(tokens), tokens).backward()
+    fails = []
+    held = model.layers["0"].attention_norm._parameters["weight"]
+    if held is named[[n for n, _ in named].index("layers.0.attention_norm.weight")][1]:
+        fails.append("the module holds its sharded parameter after backward: this case is not exercised")
+    norm = clip_grad_norm_([p for _, p in named], 1e9)  # a norm, no clipping
+    if not torch.allclose(norm, torch.nn.utils.clip_grad_norm_.__wrapped__(ref.parameters(), 1e9), **TOL[torch.float64]):
+        fails.append(f"FSDP2 without resharding: gradient norm {norm}")
+    for (name, p), q in zip(named, ref.parameters()):
+        grad = p.grad.full_tensor()
+        if param_layout(p) is not None:
+            grad = as_dtensor(p, grad).full_tensor()
+        if not torch.allclose(grad, q.grad, **TOL[torch.float64]):
+            fails.append(f"FSDP2 without resharding: gradient of {name}")
+    return fails, 2 + len(named)

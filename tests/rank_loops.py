@@ -111,11 +111,14 @@ def checkpointed_dropout() -> tuple[list[str], int]:
 
 
 
-def fsdp2_over_dp(plan: str, steps: int = 3, bucket: bool = False) -> tuple[list[str], int]:
+def fsdp2_over_dp(plan: str, steps: int = 3, bucket: bool = False, micro: int = 1) -> tuple[list[str], int]:
     """PyTorch's FSDP2 (fully_shard) over mesh["dp"] of a (dp, tp) mesh, on the model parallelized
     over mesh["tp"]: losses, gradient norms, every clipped gradient, weights after AdamW steps, and
     the state-dict round trip against one process on the whole batch.  ``bucket``: the norms'
-    partial gradients in one bucket (bucket_partial_grads), made whole by clip_grad_norm_."""
+    partial gradients in one bucket (bucket_partial_grads), made whole by clip_grad_norm_.
+    ``micro > 1``: FSDP2's gradient accumulation, ``micro`` backwards a step; all but the last with
+    ``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)`` (no reduce-scatter,
+    no new all-gather between micro-batches)."""
     from torch.distributed.device_mesh import DeviceMesh as TorchDeviceMesh
     from torch.distributed.fsdp import fully_shard
 
@@ -134,6 +137,9 @@ def fsdp2_over_dp(plan: str, steps: int = 3, bucket: bool = False) -> tuple[list
         fully_shard(block, mesh=torch_dp)
     fully_shard(model, mesh=torch_dp)
     attach_layouts(model)  # fully_shard made new parameters: give them their tensor-parallel layouts again
+    # the sharded parameters, where FSDP2 leaves the gradients (after a backward without resharding the
+    # module holds the unsharded ones, whose .grad is None: clip and read these, as the optimizer does)
+    named = list(model.named_parameters())
     opt, opt_ref = (torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, ref))
     if bucket:
         from tensorplay_edu.parallel import bucket_partial_grads
@@ -146,20 +152,27 @@ def fsdp2_over_dp(plan: str, steps: int = 3, bucket: bool = False) -> tuple[list
         nonlocal n
         n += 1
         if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-9, atol=1e-11):
-            fails.append(f"FSDP2 {plan} bucket={bucket}: {what}")
+            fails.append(f"FSDP2 {plan} bucket={bucket} micro={micro}: {what}")
 
     for step in range(steps):
-        with loss_context(plan):
-            loss = llama_loss(model(mine), mine)
-        loss.backward()
-        ref_loss = llama_loss(ref(tokens), tokens)
-        ref_loss.backward()
-        mean = loss.detach().clone()
-        dist.all_reduce(mean, group=mesh.get_group("dp"))  # test bookkeeping
-        check(f"step {step} loss", mean / dp, ref_loss.detach())
-        check(f"step {step} gradient norm", clip_grad_norm_(model.parameters(), 0.5),
+        for i in range(micro):
+            if micro > 1:  # a new batch each micro-batch; the last one reduce-scatters what accumulated
+                tokens = torch.randint(0, 40, (2 * dp, 8), generator=torch.Generator().manual_seed(10 * step + i))
+                mine = chunk(tokens, 0, dp, mesh.get_local_rank("dp"))
+                for module in (*model.layers.values(), model):
+                    module.set_requires_gradient_sync(i == micro - 1)
+                    module.set_reshard_after_backward(i == micro - 1)
+            with loss_context(plan):
+                loss = llama_loss(model(mine), mine) / micro
+            loss.backward()
+            ref_loss = llama_loss(ref(tokens), tokens) / micro
+            ref_loss.backward()
+            mean = loss.detach().clone()
+            dist.all_reduce(mean, group=mesh.get_group("dp"))  # test bookkeeping
+            check(f"step {step} micro {i} loss", mean / dp, ref_loss.detach())
+        check(f"step {step} gradient norm", clip_grad_norm_([p for _, p in named], 0.5),
               torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5))
-        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        for (name, p), q in zip(named, ref.parameters()):
             grad = p.grad.full_tensor()  # FSDP2's gather over dp ...
             if param_layout(p) is not None:
                 grad = as_dtensor(p, grad).full_tensor()  # ... then ours over tp

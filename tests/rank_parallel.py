@@ -12,7 +12,7 @@ from torch import nn
 
 from rank_checks import chunk
 from tensorplay_edu import DTensor, Replicate, Shard, init_device_mesh
-from tensorplay_edu.parallel import full_state_dict, param_layout
+from tensorplay_edu.parallel import bucket_partial_grads, full_state_dict, param_layout
 from tensorplay_edu.parallel.params import as_dtensor
 
 TOL = {torch.float64: dict(rtol=1e-9, atol=1e-10), torch.float32: dict(rtol=2e-5, atol=2e-5)}
@@ -44,7 +44,7 @@ def _close(a, b, dtype) -> bool:
 
 def train_compare(label, build, parallelize, make_input, *, in_layout=Replicate(), out_layout=Replicate(),
                   loss_of=None, steps=3, optimizers=("sgd", "adamw"), dtype=torch.float64, input_grad=True,
-                  seed=0, dp=1, wrap=None, build_parallel=None) -> tuple[list[str], int]:
+                  seed=0, dp=1, wrap=None, build_parallel=None, bucket=False) -> tuple[list[str], int]:
     """Run ``steps`` training steps of the single-device model and of the parallelized
     one; ``in_layout`` says which piece of the input each rank is given, ``out_layout``
     what a plain output holds (a DTensor output is gathered).
@@ -54,7 +54,9 @@ def train_compare(label, build, parallelize, make_input, *, in_layout=Replicate(
     the whole batch.  ``wrap(model, mesh)`` returns what is called instead of the model
     (DistributedDataParallel, torch.compile, ...): gradients are read from the model.
     ``build_parallel(ref, mesh)`` makes the parallel model another way than
-    ``parallelize(deepcopy(ref), mesh)`` (the meta-device recipe, say).
+    ``parallelize(deepcopy(ref), mesh)`` (the meta-device recipe, say).  ``bucket``: the partial
+    gradients (sequence-parallel norms) in one bucket, made whole by the optimizer's step
+    (``bucket_partial_grads(model, opt)``): the gradients are then read after the step.
     """
     world = dist.get_world_size()
     mesh = init_device_mesh("cpu", (dp, world // dp), mesh_dim_names=("dp", "tp")) if dp > 1 else \
@@ -84,6 +86,8 @@ def train_compare(label, build, parallelize, make_input, *, in_layout=Replicate(
         make_opt = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.1),
                     "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1)}[opt_name]
         opt_ref, opt_tp = make_opt(ref.parameters()), make_opt(model.parameters())
+        if bucket:
+            bucket_partial_grads(model, opt_tp)
         for step in range(steps):
             g = torch.Generator().manual_seed(1000 + step)
             x = make_input(g, dtype)
@@ -111,14 +115,18 @@ def train_compare(label, build, parallelize, make_input, *, in_layout=Replicate(
             opt_tp.zero_grad()
             loss_ref.backward()
             loss.backward()
+            if bucket:  # the norms' gradients are whole from the step's pre-hook on
+                opt_ref.step()
+                opt_tp.step()
             got = full_grads(model)
             for name, p in ref.named_parameters():
                 check(f"step {step} grad {name}", _close(got[name], p.grad, dtype))
             if x_ref.requires_grad:  # the local loss weighs this rank's rows dp times more
                 want_grad = dp * piece(mine(x_ref.grad), in_layout, tp_mesh)
                 check(f"step {step} input grad", _close(x_tp.grad, want_grad, dtype))
-            opt_ref.step()
-            opt_tp.step()
+            if not bucket:
+                opt_ref.step()
+                opt_tp.step()
         state, want = full_state_dict(model), ref.state_dict()
         for name in want:
             check(f"{opt_name} weights {name} after {steps} steps", _close(state[name], want[name], dtype))
@@ -204,7 +212,7 @@ def run_sequence_parallel(dtype_name: str) -> tuple[list[str], int]:
 
 
 def run_llama(plan: str, dtype_name: str, n_layers: int = 2, *, dp: int = 1, wrap: str | None = None,
-              steps: int = 3, optimizers=("sgd", "adamw")) -> tuple[list[str], int]:
+              steps: int = 3, optimizers=("sgd", "adamw"), bucket: bool = False) -> tuple[list[str], int]:
     """The Llama under a plan against one process; ``wrap``: "ddp" (over mesh["dp"]),
     "compile", "compile-ddp", "checkpoint" (each block under torch.utils.checkpoint)."""
     from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
@@ -223,7 +231,7 @@ def run_llama(plan: str, dtype_name: str, n_layers: int = 2, *, dp: int = 1, wra
     return train_compare(f"Llama {plan} {wrap or ''} dp={dp}", lambda: Transformer(args),
                          lambda m, mesh: parallelize_llama(m, mesh, plan), tokens, loss_of=loss_of,
                          dtype=getattr(torch, dtype_name), input_grad=False, dp=dp, wrap=WRAPS[wrap],
-                         steps=steps, optimizers=optimizers)
+                         steps=steps, optimizers=optimizers, bucket=bucket)
 
 
 def _ddp(model, mesh):
@@ -262,7 +270,7 @@ WRAPS = {
 
 
 def run_llama_with(apply, dtype_name: str = "float64", *, build_parallel=None, loss_plan: str = "vanilla",
-                   label: str = "apply_tp", build=None) -> tuple[list[str], int]:
+                   label: str = "apply_tp", build=None, bucket: bool = False) -> tuple[list[str], int]:
     """The Llama (or ``build()``) made parallel by ``apply(model, mesh)`` (torchtitan's apply_tp), or by
     ``build_parallel(ref, mesh)``, trained against one process."""
     from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context
@@ -277,4 +285,4 @@ def run_llama_with(apply, dtype_name: str = "float64", *, build_parallel=None, l
     return train_compare(label, build or (lambda: Transformer(args)), apply,
                          lambda g, dt: torch.randint(0, 50, (2, 12), generator=g),
                          loss_of=loss_of, dtype=getattr(torch, dtype_name), input_grad=False,
-                         build_parallel=build_parallel)
+                         build_parallel=build_parallel, bucket=bucket)

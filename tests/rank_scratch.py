@@ -211,6 +211,32 @@ def init_memory() -> tuple[list[str], int]:
     return check.result()
 
 
+def meta_llama_trains(plan: str, bucket: bool) -> tuple[list[str], int]:
+    """Built on meta, parallelized, to_empty, init_weights() under a seed (torchtitan's recipe), then
+    trained (SGD and AdamW; ``bucket``: the norms' gradients in one bucket per step) against one device
+    initialised the same way."""
+    from rank_parallel import run_llama_with
+
+    args = _args(dist.get_world_size())
+
+    def build():  # one device: the same recipe without a mesh
+        with torch.device("meta"):
+            model = Transformer(args)
+        model.to_empty(device="cpu")
+        torch.manual_seed(1234)
+        model.init_weights()
+        return model
+
+    def build_parallel(ref, mesh):  # float32 like build(), then float64 like train_compare's reference
+        model = _meta_llama(args, torch.float32, mesh, plan)
+        torch.manual_seed(1234)
+        model.init_weights()
+        return model.to(next(ref.parameters()).dtype)
+
+    return run_llama_with(None, build_parallel=build_parallel, loss_plan=plan, build=build, bucket=bucket,
+                          label=f"meta recipe {plan} bucket={bucket}")
+
+
 # ---- tied weights ----------------------------------------------------------------------------
 
 def tied(args: ModelArgs):
@@ -221,9 +247,9 @@ def tied(args: ModelArgs):
     return build
 
 
-def tied_llama(plan: str) -> tuple[list[str], int]:
+def tied_llama(plan: str, bucket: bool = False) -> tuple[list[str], int]:
     """The tie survives both plans: one Parameter, its gradient the sum of both uses; AdamW steps
-    equal one device's (train_compare)."""
+    equal one device's (train_compare); ``bucket``: the norms' gradients in one bucket per step."""
     from rank_parallel import run_llama_with
 
     facts = Checker()
@@ -235,8 +261,8 @@ def tied_llama(plan: str) -> tuple[list[str], int]:
               len(list(model.parameters())) == len(list(ref.parameters())) == 2 + 9 * ref.args.n_layers)
         return model
 
-    fails, n = run_llama_with(None, build_parallel=build_parallel, loss_plan=plan, label=f"tied {plan}",
-                              build=tied(_args(dist.get_world_size())))
+    fails, n = run_llama_with(None, build_parallel=build_parallel, loss_plan=plan, label=f"tied {plan} bucket={bucket}",
+                              build=tied(_args(dist.get_world_size())), bucket=bucket)
     return fails + facts.fails, n + facts.n
 
 

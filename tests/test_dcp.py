@@ -43,12 +43,14 @@ def test_dcp_save_of_model_state_dict_loads_at_any_tp_degree(tmp_path, plan):
     assert {k: torch.as_tensor(v).tolist() for k, v in whole.items()} == saved
 
 
-@pytest.mark.parametrize("plan", ["vanilla", "full"])
-def test_model_and_optimizer_reshard_from_tp4_and_train_on_like_one_process(tmp_path, plan):
+@pytest.mark.parametrize("plan,bucket", [("vanilla", False), ("full", False), ("full", True)])
+def test_model_and_optimizer_reshard_from_tp4_and_train_on_like_one_process(tmp_path, plan, bucket):
+    """bucket: trained before and after with the norms' partial gradients in one bucket per step."""
     path = str(tmp_path / "ckpt")
-    saved = launch(rank_dcp.save, 4, path, plan)[0]
+    saved = launch(rank_dcp.save, 4, path, plan, 1, None, 2, bucket)[0]
     for world in (4, 3, 2, 1):
-        _clean(launch(rank_dcp.resume, world, path, saved, plan), at_least=len(saved["model"]) * 2)
+        _clean(launch(rank_dcp.resume, world, path, saved, plan, 1, None, 2, 2, bucket),
+               at_least=len(saved["model"]) * 2)
 
 
 @pytest.mark.parametrize("wrap", ["ddp", "fsdp2"])

@@ -52,10 +52,18 @@ def test_init_holds_at_most_one_whole_parameter_at_a_time(world_size):
     _clean(launch(rank_scratch.init_memory, world_size), at_least=2)
 
 
-@pytest.mark.parametrize("plan", ["vanilla", "full"])
+@pytest.mark.parametrize("plan,bucket", [("vanilla", False), ("full", False), ("full", True)])
 @pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_tied_embedding_and_output_stay_tied_and_train_like_one_device(world_size, plan):
-    _clean(launch(rank_scratch.tied_llama, world_size, plan), at_least=100)
+def test_tied_embedding_and_output_stay_tied_and_train_like_one_device(world_size, plan, bucket):
+    """bucket: the norms' partial gradients in one bucket per step (grad_sync.bucket_partial_grads)."""
+    _clean(launch(rank_scratch.tied_llama, world_size, plan, bucket), at_least=100)
+
+
+@pytest.mark.parametrize("plan,bucket", [("vanilla", False), ("full", False), ("full", True)])
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_the_meta_recipe_trains_like_one_device(world_size, plan, bucket):
+    """From scratch to trained: meta, parallelize, to_empty, init_weights, then SGD and AdamW steps."""
+    _clean(launch(rank_scratch.meta_llama_trains, world_size, plan, bucket), at_least=100)
 
 
 @pytest.mark.parametrize("world_size", [2, 4])

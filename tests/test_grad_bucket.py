@@ -62,3 +62,9 @@ def test_one_bucket_replaces_the_per_norm_all_reduces():
     want = dict(per_param["backward"], all_reduce=per_param["backward"]["all_reduce"] - 5 + 1)
     assert bucketed["backward"] == want
     assert bucketed["total"] == per_param["total"] - 4
+
+
+def test_bucket_finds_fsdp2s_gradients_while_the_module_holds_unsharded_parameters():
+    """set_reshard_after_backward(False): finalize() looks past the unsharded parameter the module holds
+    (and the hooks were registered on, every forward) to the sharded one FSDP2 reduced into."""
+    _clean(launch(rank_grad_bucket.fsdp2_keeps_unsharded, 4, timeout=300), at_least=2 + 20)

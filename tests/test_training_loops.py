@@ -26,17 +26,22 @@ def test_ddp_over_dp_wrapping_tp_trains_like_one_device(plan, world_size, dp):
            at_least=180)
 
 
-@pytest.mark.parametrize("plan", ["vanilla", "full"])
-def test_activation_checkpointing_per_block(plan):
-    _clean(launch(functools.partial(rank_parallel.run_llama, plan, "float64", wrap="checkpoint"), 2), at_least=180)
+# bucket: the sequence-parallel norms' partial gradients in one bucket per step (grad_sync.bucket_partial_grads)
+PLANS = [("vanilla", False), ("full", False), ("full", True)]
 
 
-@pytest.mark.parametrize("plan", ["vanilla", "full"])
-def test_torch_compile_equals_one_device(plan):
+@pytest.mark.parametrize("plan,bucket", PLANS)
+def test_activation_checkpointing_per_block(plan, bucket):
+    _clean(launch(functools.partial(rank_parallel.run_llama, plan, "float64", wrap="checkpoint", bucket=bucket), 2),
+           at_least=180)
+
+
+@pytest.mark.parametrize("plan,bucket", PLANS)
+def test_torch_compile_equals_one_device(plan, bucket):
     """torch.compile (dynamo + AOTAutograd, the aot_eager backend: where graphs are captured and
     state that lives between calls goes stale; inductor's code generation takes minutes on 2 cores)."""
     _clean(launch(functools.partial(rank_parallel.run_llama, plan, "float64", wrap="compile-aot",
-                                    optimizers=("adamw",)), 2, timeout=300), at_least=90)
+                                    optimizers=("adamw",), bucket=bucket), 2, timeout=300), at_least=90)
 
 
 def test_torch_compile_of_ddp_over_dp():
@@ -60,8 +65,12 @@ def test_checkpointing_recomputes_the_same_sequence_parallel_dropout_masks(world
     _clean(launch(rank_loops.checkpointed_dropout, world_size), at_least=4)
 
 
-@pytest.mark.parametrize("plan,bucket", [("vanilla", False), ("full", False), ("full", True)])
-def test_fsdp2_over_dp_wrapping_tp_trains_like_one_device(plan, bucket):
+@pytest.mark.parametrize("plan,bucket,micro", [("vanilla", False, 1), ("full", False, 1), ("full", True, 1),
+                                               ("full", False, 2), ("full", True, 2)])
+def test_fsdp2_over_dp_wrapping_tp_trains_like_one_device(plan, bucket, micro):
     """bucket: the norms' partial gradients in one bucket (grad_sync.bucket_partial_grads), made whole by
-    clip_grad_norm_ after FSDP2's reduce-scatter over dp (sums commute)."""
-    _clean(launch(rank_loops.fsdp2_over_dp, 4, plan, 3, bucket), at_least=3 * 13 + 12)
+    clip_grad_norm_ after FSDP2's reduce-scatter over dp (sums commute).  micro=2: FSDP2's gradient
+    accumulation, the first backward without reduce-scatter and without resharding
+    (set_requires_gradient_sync / set_reshard_after_backward(False)): the unsharded parameters the
+    module then holds are the ones the bucket's hooks see."""
+    _clean(launch(rank_loops.fsdp2_over_dp, 4, plan, 3, bucket, micro), at_least=3 * (micro + 12) + 12)

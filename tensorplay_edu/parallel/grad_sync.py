@@ -58,7 +58,6 @@ import weakref
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from .. import debug
@@ -97,7 +96,7 @@ def partial_gradient(module: nn.Module, name: str, mesh: DeviceMesh, path: str) 
     param.register_hook(functools.partial(_arrived, state, weakref.ref(module), name))  # weak: no cycle
     param._tp_grad_hooked = True
     param._tp_partial_grad = state  # for clip_grad_norm_, given parameters: their bucket
-    state.holders = [*state.holders[-1:], weakref.ref(param)]
+    _hold(state, param)
 
 
 def follow_replaced(module: nn.Module) -> None:
@@ -108,7 +107,16 @@ def follow_replaced(module: nn.Module) -> None:
         param = module._parameters.get(name)
         if param is not None and getattr(param, "_tp_partial_grad", None) is not state:
             param._tp_partial_grad = state
-            state.holders = [*state.holders[-1:], weakref.ref(param)]
+            _hold(state, param)
+
+
+def _hold(state: _PartialGrad, param: torch.Tensor) -> None:
+    """Keep ``param`` among the last two *different* parameters given ``state``: under FSDP2 its sharded
+    one (where the reduced gradient lands) and its unsharded one (which the module still holds after
+    backward with ``set_reshard_after_backward(False)``).  Re-registering the same one must not push
+    the other out."""
+    if not state.holders or state.holders[-1]() is not param:
+        state.holders = [*state.holders[-1:], weakref.ref(param)]
 
 
 def _arrived(state: _PartialGrad, module_ref, name: str, grad: torch.Tensor) -> torch.Tensor:
@@ -137,13 +145,13 @@ class PartialGradBucket:
         """All-reduce every partial gradient that arrived since the last call, in one flat bucket per TP group."""
         if not self.pending:
             return
-        groups: dict[tuple, list] = {}  # (TP group ranks, dtype, device) -> [(this rank's grad, state)]
+        groups: dict[tuple, list] = {}  # (TP group, dtype, device) -> [(this rank's grad, state)]
         for module, name, state in self.params:
             if not state.arrived:  # nothing new: reducing a whole gradient again would multiply it by t
                 continue
             grad = _held_grad(module, name, state)
             local = grad.to_local() if hasattr(grad, "to_local") else grad  # FSDP2: this dp rank's rows
-            key = (tuple(dist.get_process_group_ranks(state.mesh.get_group(0))), local.dtype, local.device)
+            key = (state.mesh.get_group(0), local.dtype, local.device)
             groups.setdefault(key, []).append((local, state))
         with debug.backward_scope(BUCKET_SCOPE):
             for members in groups.values():
