@@ -86,8 +86,7 @@ def train_compare(label, build, parallelize, make_input, *, in_layout=Replicate(
         make_opt = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.1),
                     "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1)}[opt_name]
         opt_ref, opt_tp = make_opt(ref.parameters()), make_opt(model.parameters())
-        if bucket:
-            bucket_partial_grads(model, opt_tp)
+        handle = bucket_partial_grads(model, opt_tp) if bucket else None
         for step in range(steps):
             g = torch.Generator().manual_seed(1000 + step)
             x = make_input(g, dtype)
@@ -115,7 +114,8 @@ def train_compare(label, build, parallelize, make_input, *, in_layout=Replicate(
             opt_tp.zero_grad()
             loss_ref.backward()
             loss.backward()
-            if bucket:  # the norms' gradients are whole from the step's pre-hook on
+            if bucket:  # the norms' gradients were left to the bucket; whole from the step's pre-hook on
+                check(f"step {step} norm gradients left to the bucket", handle.pending)
                 opt_ref.step()
                 opt_tp.step()
             got = full_grads(model)
