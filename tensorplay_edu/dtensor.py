@@ -184,7 +184,7 @@ class DTensor:
 
         ``async_op`` is accepted for PyTorch compatibility; collectives here are synchronous.
         """
-        if device_mesh is not None and device_mesh is not self._mesh and device_mesh != self._mesh:
+        if device_mesh is not None and device_mesh != self._mesh:
             raise NotImplementedError("redistribute: moving a DTensor to another mesh is not supported")
         _, dst = _resolve(self._mesh, placements, len(self._shape), "DTensor.redistribute")
         if self._local.requires_grad:

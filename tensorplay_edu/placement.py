@@ -139,6 +139,4 @@ def for_gradient(placements) -> tuple[Placement, ...]:
     The gradient of ``y = sum_r x_r`` with respect to each addend ``x_r`` is the full
     gradient of ``y``, identical on every rank: a replicated tensor.
     """
-    if len(placements) == 1:  # a 1-D mesh (every DTensor a TP hook makes): no generator
-        return (Replicate(),) if isinstance(placements[0], Partial) else tuple(placements)
     return tuple(Replicate() if isinstance(p, Partial) else p for p in placements)

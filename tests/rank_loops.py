@@ -111,14 +111,18 @@ def checkpointed_dropout() -> tuple[list[str], int]:
 
 
 
-def fsdp2_over_dp(plan: str, steps: int = 3, bucket: bool = False, micro: int = 1) -> tuple[list[str], int]:
+def fsdp2_over_dp(plan: str, steps: int = 3, bucket: bool = False, micro: int = 1, keep_unsharded: bool = False
+                  ) -> tuple[list[str], int]:
     """PyTorch's FSDP2 (fully_shard) over mesh["dp"] of a (dp, tp) mesh, on the model parallelized
     over mesh["tp"]: losses, gradient norms, every clipped gradient, weights after AdamW steps, and
     the state-dict round trip against one process on the whole batch.  ``bucket``: the norms'
     partial gradients in one bucket (bucket_partial_grads), made whole by clip_grad_norm_.
     ``micro > 1``: FSDP2's gradient accumulation, ``micro`` backwards a step; all but the last with
     ``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)`` (no reduce-scatter,
-    no new all-gather between micro-batches)."""
+    no new all-gather between micro-batches).  ``keep_unsharded``: ``set_reshard_after_backward(False)``
+    throughout, so the modules hold the unsharded parameters while clip_grad_norm_ (the bucket's
+    finalize()) runs; they are resharded after each optimizer step (else the next forward would reuse
+    the stale unsharded weights)."""
     from torch.distributed.device_mesh import DeviceMesh as TorchDeviceMesh
     from torch.distributed.fsdp import fully_shard
 
@@ -136,6 +140,9 @@ def fsdp2_over_dp(plan: str, steps: int = 3, bucket: bool = False, micro: int = 
     for block in model.layers.values():
         fully_shard(block, mesh=torch_dp)
     fully_shard(model, mesh=torch_dp)
+    fsdp_modules = (*model.layers.values(), model)
+    for module in fsdp_modules if keep_unsharded else ():
+        module.set_reshard_after_backward(False)
     attach_layouts(model)  # fully_shard made new parameters: give them their tensor-parallel layouts again
     # the sharded parameters, where FSDP2 leaves the gradients (after a backward without resharding the
     # module holds the unsharded ones, whose .grad is None: clip and read these, as the optimizer does)
@@ -152,14 +159,14 @@ def fsdp2_over_dp(plan: str, steps: int = 3, bucket: bool = False, micro: int = 
         nonlocal n
         n += 1
         if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-9, atol=1e-11):
-            fails.append(f"FSDP2 {plan} bucket={bucket} micro={micro}: {what}")
+            fails.append(f"FSDP2 {plan} bucket={bucket} micro={micro} keep_unsharded={keep_unsharded}: {what}")
 
     for step in range(steps):
         for i in range(micro):
             if micro > 1:  # a new batch each micro-batch; the last one reduce-scatters what accumulated
                 tokens = torch.randint(0, 40, (2 * dp, 8), generator=torch.Generator().manual_seed(10 * step + i))
                 mine = chunk(tokens, 0, dp, mesh.get_local_rank("dp"))
-                for module in (*model.layers.values(), model):
+                for module in fsdp_modules:
                     module.set_requires_gradient_sync(i == micro - 1)
                     module.set_reshard_after_backward(i == micro - 1)
             with loss_context(plan):
@@ -170,6 +177,10 @@ def fsdp2_over_dp(plan: str, steps: int = 3, bucket: bool = False, micro: int = 
             mean = loss.detach().clone()
             dist.all_reduce(mean, group=mesh.get_group("dp"))  # test bookkeeping
             check(f"step {step} micro {i} loss", mean / dp, ref_loss.detach())
+        if keep_unsharded:  # the case exercised: the module holds the unsharded parameter now
+            n += 1
+            if model.norm._parameters["weight"] is dict(named)["norm.weight"]:
+                fails.append("FSDP2 keep_unsharded: the module holds its sharded parameter after backward")
         check(f"step {step} gradient norm", clip_grad_norm_([p for _, p in named], 0.5),
               torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5))
         for (name, p), q in zip(named, ref.parameters()):
@@ -180,6 +191,8 @@ def fsdp2_over_dp(plan: str, steps: int = 3, bucket: bool = False, micro: int = 
         for o in (opt, opt_ref):
             o.step()
             o.zero_grad()
+        for module in fsdp_modules if keep_unsharded else ():
+            module.reshard()  # the next forward gathers the stepped weights
     state = full_state_dict(model)
     for name, value in ref.state_dict().items():
         check(f"weights {name} after {steps} steps", state[name], value)

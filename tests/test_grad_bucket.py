@@ -7,6 +7,7 @@ import functools
 import pytest
 
 import rank_grad_bucket
+import rank_loops
 from tensorplay_edu import launch
 
 
@@ -66,5 +67,7 @@ def test_one_bucket_replaces_the_per_norm_all_reduces():
 
 def test_bucket_finds_fsdp2s_gradients_while_the_module_holds_unsharded_parameters():
     """set_reshard_after_backward(False): finalize() looks past the unsharded parameter the module holds
-    (and the hooks were registered on, every forward) to the sharded one FSDP2 reduced into."""
-    _clean(launch(rank_grad_bucket.fsdp2_keeps_unsharded, 4, timeout=300), at_least=2 + 20)
+    (and the hooks were registered on, every forward) to the sharded one FSDP2 reduced into; FSDP2 over
+    dp against one process (rank_loops.fsdp2_over_dp)."""
+    _clean(launch(functools.partial(rank_loops.fsdp2_over_dp, "full", 3, bucket=True, keep_unsharded=True), 4,
+                  timeout=300), at_least=3 * (1 + 13) + 12)

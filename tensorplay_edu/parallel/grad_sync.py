@@ -89,7 +89,7 @@ def partial_gradient(module: nn.Module, name: str, mesh: DeviceMesh, path: str) 
     ``path`` names the parameter in CommDebugMode's records and in errors.
     """
     param = getattr(module, name)
-    if not param.requires_grad or getattr(param, "_tp_grad_hooked", False):
+    if hooked(param):
         return
     states = module.__dict__.setdefault("_tp_partial_grads", {})
     state = states.setdefault(name, _PartialGrad(mesh, path))
@@ -97,6 +97,11 @@ def partial_gradient(module: nn.Module, name: str, mesh: DeviceMesh, path: str) 
     param._tp_grad_hooked = True
     param._tp_partial_grad = state  # for clip_grad_norm_, given parameters: their bucket
     _hold(state, param)
+
+
+def hooked(param: torch.Tensor) -> bool:
+    """Nothing for :func:`partial_gradient` to do: no gradient, or its hook already attached."""
+    return not param.requires_grad or getattr(param, "_tp_grad_hooked", False)
 
 
 def follow_replaced(module: nn.Module) -> None:

@@ -106,17 +106,14 @@ def follow_layout(sharded: bool, module: torch.nn.Module, mesh, tensor) -> None:
     Every hook calls it, so the usual case (already on that stream) is one read of the seed."""
     if not module.training:
         return
-    if isinstance(tensor, torch.Tensor):
-        gen = _generator(tensor.device) if tensor.is_cuda else torch.default_generator
-    elif isinstance(getattr(tensor, "device", None), torch.device):  # a DTensor
-        gen = _generator(tensor.device)
-    else:
+    device = getattr(tensor, "device", None)
+    if not isinstance(device, torch.device):
         return
-    on_rank = gen.initial_seed() >> 48 == _TAG
+    gen = _generator(device)
     if sharded and mesh.size() > 1:
-        if not on_rank:
+        if not on_rank_stream(gen):  # else nothing to do: not even this rank's index to look up
             to_rank_stream(gen, mesh.get_local_rank())
-    elif on_rank:
+    else:
         to_shared_stream(gen)
 
 

@@ -26,7 +26,7 @@ from ..debug import module_scope
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Replicate, Shard
-from .grad_sync import partial_gradient
+from .grad_sync import hooked, partial_gradient
 from .params import attach_own_layouts, buffers_to_mesh, distribute_param
 from .rng import follow_layout
 from .style import ParallelStyle, claim, fqn, to_layout
@@ -86,6 +86,6 @@ def _partial_gradients(module: nn.Module, mesh: DeviceMesh) -> None:
     for sub in module.modules():
         attach_own_layouts(sub)
         for name, param in sub._parameters.items():  # every forward: hooked ones are skipped at a glance
-            if param is not None and param.requires_grad and not getattr(param, "_tp_grad_hooked", False):
+            if param is not None and not hooked(param):
                 partial_gradient(sub, name, mesh, f"{fqn(sub)}.{name}")
 

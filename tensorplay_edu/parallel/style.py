@@ -113,11 +113,6 @@ def to_layout(dt: DTensor, layout: Placement) -> DTensor:
     return dt if dt.placements == (target,) else dt.redistribute(placements=(target,))
 
 
-def on_last_dim(layout: Placement, ndim: int) -> bool:
-    """Is ``layout`` ``Shard(-1)``, i.e. ``Shard(ndim - 1)``?  (Asked in every forward: no objects made.)"""
-    return isinstance(layout, Shard) and layout.dim in (-1, ndim - 1)
-
-
 def _shape_with(local: torch.Tensor, dim: int, size: int) -> list[int]:
     shape = list(local.shape)
     shape[dim % local.ndim] = size
@@ -224,7 +219,8 @@ class ColwiseParallel(_LinearOrEmbedding):
         return (x.to_local(grad_placements=grad),)
 
     def _prepare_output(self, module, out, mesh, inputs=None):  # out: [.., out/t]
-        if self.use_local_output and on_last_dim(self.output_layouts[0], out.ndim):
+        layout = self.output_layouts[0]
+        if self.use_local_output and (layout.is_shard(-1) or layout.is_shard(out.ndim - 1)):
             return out  # already the declared layout: a DTensor made and unmade here would do nothing
         features = module.out_features if isinstance(module, nn.Linear) else module.embedding_dim
         dt = DTensor.from_local(out, mesh, [Shard(-1)], shape=_shape_with(out, -1, features))
@@ -267,9 +263,9 @@ class RowwiseParallel(_LinearOrEmbedding):
 
     def _prepare_input(self, module, inputs, mesh):
         attach_own_layouts(module)  # no-op unless the parameters were replaced (to_empty, assign=True)
-        x = inputs[0]
+        x, layout = inputs[0], self.input_layouts[0]
         if (isinstance(module, nn.Linear) and isinstance(x, torch.Tensor) and x.ndim
-                and on_last_dim(self.input_layouts[0], x.ndim) and x.shape[-1] == module.weight.shape[1]):
+                and (layout.is_shard(-1) or layout.is_shard(x.ndim - 1)) and x.shape[-1] == module.weight.shape[1]):
             return inputs  # this rank's features already [.., in/t]: a DTensor made and unmade would do nothing
         with module_scope(fqn(module)):
             x = to_layout(input_as_dtensor(inputs[0], mesh, self.input_layouts[0], self._input_shape(module, inputs[0], mesh)),
