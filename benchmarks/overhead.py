@@ -16,6 +16,7 @@ the same first loss.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -100,17 +101,38 @@ def same_work(first_loss: dict, label: str) -> None:
         raise RuntimeError(f"{label}: ours' first loss {a} is not the floor's {b}: not the same work")
 
 
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """Where the median of the distribution the ``values`` were drawn from lies: the distribution-free interval
+    between two order statistics, ``sorted(values)[j]`` and ``sorted(values)[n - 1 - j]``, with the largest ``j``
+    whose coverage is at least ``confidence``.  Each value falls below the true median with probability 1/2, so
+    the interval misses it when ``j`` or fewer fall below (or above): ``1 - 2 P(Binomial(n, 1/2) <= j)``.
+    Returns (low, high, coverage); with too few values for ``confidence`` (n < 6 at 95 %), their whole range
+    and the smaller coverage it has."""
+    x, n = sorted(values), len(values)
+    if n == 0:
+        raise ValueError("median_interval: no values")
+
+    def coverage(j: int) -> float:  # of [x[j], x[n - 1 - j]]
+        return 1 - 2 * sum(math.comb(n, i) for i in range(j + 1)) / 2**n
+
+    j = 0
+    while 2 * (j + 1) <= n - 1 and coverage(j + 1) >= confidence:
+        j += 1
+    return x[j], x[n - 1 - j], coverage(j)
+
+
 def compare(config: str, world: int, steps: int, plan: str = "full") -> dict:
-    """Ours against the floor in ``world`` launched ranks, ``steps`` turns each: the median of the per-step
-    ratios (slowest rank), its quartiles, the median step times, and the CPU a step by phase (the most of
-    any rank).  Raises unless both computed the same first loss."""
+    """Ours against the floor in ``world`` launched ranks, ``steps`` turns each: the per-step ratios (slowest
+    rank), their median, quartiles and the median's 95 % interval (:func:`median_interval`), the median step
+    times, and the CPU a step by phase (the most of any rank).  Raises unless both computed the same first loss."""
     res = launch(rank_compare, world, config, steps, plan, timeout=1200)
     same_work(res[0]["first_loss"], f"{config} {plan}, {world} ranks")
     cpu = {k: [max(r["cpu_ms"][k][j] for r in res) for j in range(len(PHASES))] for k in ("ours", "hand")}
     ratios = res[0]["ratios"]
     quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
     return {"config": config, "plan": plan, "world": world, "steps": steps, "wall_ms": res[0]["wall_ms"],
-            "ratio": statistics.median(ratios), "quartiles": (quartiles[0], quartiles[2]), "cpu_ms": cpu}
+            "ratio": statistics.median(ratios), "quartiles": (quartiles[0], quartiles[2]),
+            "interval": median_interval(ratios), "ratios": ratios, "cpu_ms": cpu}
 
 
 def render(rows: list[dict]) -> str:

@@ -103,6 +103,14 @@ def _per_round(row, ref) -> list[float]:
     return [a / b for a, b in zip(row["repeats_ms"], ref["repeats_ms"])]
 
 
+def _interval(interval) -> str:
+    """``low to high``, with its coverage when it is under 95 % (too few turns for more)."""
+    if interval is None:
+        return "-"
+    low, high, coverage = interval
+    return f"{low:.3f} to {high:.3f}" + ("" if coverage >= 0.95 else f" ({100 * coverage:.0f}%)")
+
+
 def floor_section(table: list[dict]) -> list[str]:
     """Ours against the hand-written floor: taking turns in the same ranks (the target's ratio, with the middle
     half of the per-step ratios), and launched apart round by round (per-round ratios, their median and range),
@@ -116,13 +124,17 @@ def floor_section(table: list[dict]) -> list[str]:
     lines = ["## The floor: the same model written by hand (benchmarks/hand.py)", "",
              "Taking turns: ours and the floor built in the same ranks, one step of each in turn on the same batch "
              "(`benchmarks/overhead.py`, which first checks that both compute the same loss). ours/hand is the median "
-             "of the per-step ratios of the slowest rank, with the middle half of them; the ms are the median steps. "
+             "of the per-step ratios of the slowest rank, with the middle half of them and the interval that holds "
+             "the true median with 95 % confidence (between two order statistics: distribution-free, taking the "
+             "steps as independent draws; `overhead.median_interval`). The ms are the median steps; extra CPU is "
+             "the main-thread CPU time of ours' step minus the floor's (medians; the most of any rank), which "
+             "waiting in a collective does not count. "
              "Launched apart: each variant in launches of its own, round by round as in the tables above, the "
              "median of the per-round ratios and their range. On this 2-core machine the launches drift by more "
              "than the difference asked about, so the target reads the ratio taken in turns.", "",
-             "| config | plan | ranks | turns | hand ms | ours ms | ours/hand | middle half | target "
-             "| rounds apart | ours/hand apart | range | ours/PyTorch apart | range |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| config | plan | ranks | turns | hand ms | ours ms | ours/hand | middle half | 95% interval | target "
+             "| extra CPU ms | rounds apart | ours/hand apart | range | ours/PyTorch apart | range |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     met = []
     for row, key in rows:
         pair, hand, ref = (_find(table, **key, impl=impl) for impl in ("paired", "hand", "torch"))
@@ -131,9 +143,12 @@ def floor_section(table: list[dict]) -> list[str]:
         torch_mid = f"{statistics.median(vs_torch):.2f}" if vs_torch else "-"
         torch_span = f"{min(vs_torch):.2f} to {max(vs_torch):.2f}" if vs_torch else "-"
         low, high = pair["quartiles"]
+        interval = _interval(pair.get("interval"))
+        extra = f"{sum(pair['cpu_ms']['ours']) - sum(pair['cpu_ms']['hand']):+.1f}" if "cpu_ms" in pair else "-"
         lines.append(f"| {row['config']} | {row['plan']} | {row['world']} | {pair['steps']} | "
                      f"{pair['wall_ms']['hand']:.0f} | {pair['wall_ms']['ours']:.0f} | {pair['ratio']:.3f} | "
-                     f"{low:.3f} to {high:.3f} | <= {TARGET_FLOOR} {'met' if met[-1] else 'MISSED'} | {len(apart)} | "
+                     f"{low:.3f} to {high:.3f} | {interval} | <= {TARGET_FLOOR} {'met' if met[-1] else 'MISSED'} | "
+                     f"{extra} | {len(apart)} | "
                      f"{statistics.median(apart):.2f} | {min(apart):.2f} to {max(apart):.2f} | {torch_mid} | "
                      f"{torch_span} |")
     lines += ["", f"Floor targets met: {sum(met)} of {len(met)}. The hand-written model issues the same collectives "

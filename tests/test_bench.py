@@ -163,20 +163,24 @@ def test_a_hand_variant_runs_the_floor_and_moves_the_same_gather_bytes():
 def test_the_floor_section_reads_its_target_from_the_turns_and_shows_the_launches_apart(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "_chart", lambda table, path: None)
     paired = {"config": "small", "plan": "full", "world": 2, "impl": "paired", "steps": 40, "ratio": 1.03,
-              "quartiles": (1.0, 1.06), "wall_ms": {"ours": 103.0, "hand": 100.0}}
+              "quartiles": (1.0, 1.06), "interval": (1.01, 1.045, 0.96), "wall_ms": {"ours": 103.0, "hand": 100.0},
+              "cpu_ms": {"ours": [3.0, 1.0, 2.0, 1.5], "hand": [2.0, 1.0, 1.5, 1.0]}}
     table = [_row("ours", ms=105, repeats_ms=[100, 110, 104]), _row("hand", ms=100, repeats_ms=[100, 100, 100]),
              _row("torch", ms=150, repeats_ms=[140, 160, 150]), _row("ours", "gathered"), _row("single", "-", 1, 90),
              paired]
     text = report.render(table, True, str(tmp_path))
     assert "## The floor: the same model written by hand" in text
-    # in turns: 1.03 (met), middle half 1.00 to 1.06; launched apart, per-round ratios 1.00, 1.10, 1.04: median
-    # 1.04, range 1.00 to 1.10; against PyTorch 0.71, 0.69, 0.69
-    assert ("| small | full | 2 | 40 | 100 | 103 | 1.030 | 1.000 to 1.060 | <= 1.05 met | 3 | 1.04 | 1.00 to 1.10 | "
-            "0.69 | 0.69 to 0.71 |") in text
+    # in turns: 1.03 (met), middle half 1.00 to 1.06, the median within 1.01 to 1.045; ours' CPU 7.5 ms a step,
+    # the floor's 5.5: +2.0; launched apart, per-round ratios 1.00, 1.10, 1.04: median 1.04, range 1.00 to 1.10;
+    # against PyTorch 0.71, 0.69, 0.69
+    assert ("| small | full | 2 | 40 | 100 | 103 | 1.030 | 1.000 to 1.060 | 1.010 to 1.045 | <= 1.05 met | +2.0 | 3 "
+            "| 1.04 | 1.00 to 1.10 | 0.69 | 0.69 to 0.71 |") in text
     assert "Floor targets met: 1 of 1." in text
     paired["ratio"] = 1.06  # the target reads the turns, whatever the launches apart say (1.04 here)
+    paired["interval"] = (0.99, 1.12, 0.875)  # 4 turns: the whole range, which covers the median 88 % of the time
     text = report.render(table, True, str(tmp_path))
-    assert "| 1.060 | 1.000 to 1.060 | <= 1.05 MISSED | 3 | 1.04 |" in text and "Floor targets met: 0 of 1." in text
+    assert "| 1.060 | 1.000 to 1.060 | 0.990 to 1.120 (88%) | <= 1.05 MISSED | +2.0 | 3 | 1.04 |" in text
+    assert "Floor targets met: 0 of 1." in text
     for gone in ("hand", "paired"):  # an old table: no section
         assert report.floor_section([r for r in table if r["impl"] != gone]) == []
 
@@ -232,9 +236,35 @@ def test_overhead_runs_ours_and_the_floor_in_turns_on_the_same_work():
         assert set(row["wall_ms"]) == {"ours", "hand"} and min(row["wall_ms"].values()) > 0
         low, high = row["quartiles"]
         assert 0 < low <= row["ratio"] <= high
+        low, high, coverage = row["interval"]  # 3 turns: their whole range, covering the median 75 % of the time
+        assert (low, high, coverage) == (min(row["ratios"]), max(row["ratios"]), 0.75)
         assert all(len(v) == len(overhead.PHASES) and min(v) >= 0 for v in row["cpu_ms"].values())
         table = overhead.render([row])
         assert "| tiny | 2 | 3 |" in table and table.count("\n") == 2
+
+
+def test_the_median_interval_is_two_order_statistics_with_their_binomial_coverage():
+    """The interval that holds a median: [x[j], x[n-1-j]] of the sorted values misses it when j or fewer values
+    fall on one side, each side with probability 1/2: coverage 1 - 2 P(Binomial(n, 1/2) <= j), the largest j
+    keeping it at 95 %.  Checked against the counts by hand and against draws whose median is known."""
+    import random
+
+    import overhead
+
+    assert overhead.median_interval([3.0]) == (3.0, 3.0, 0.0)
+    assert overhead.median_interval([2.0, 1.0, 4.0, 3.0]) == (1.0, 4.0, 1 - 2 / 16)  # too few for 95 %: the range
+    assert overhead.median_interval(list(range(6))) == (0, 5, 1 - 2 / 64)  # the fewest values giving 95 %
+    low, high, coverage = overhead.median_interval(list(range(10)))  # j = 1: 1 - 2 (1 + 10) / 1024
+    assert (low, high) == (1, 8) and coverage == pytest.approx(1 - 22 / 1024)
+    low, high, coverage = overhead.median_interval(list(range(160)))  # the floor table's small config
+    assert (low, high) == (67, 92) and 0.95 <= coverage < 0.96  # j = 68 would cover less than 95 %
+    rng, hits = random.Random(0), 0
+    for _ in range(2000):  # draws around a median of 0: the interval holds it about 95 % of the time
+        low, high, _ = overhead.median_interval([rng.gauss(0, 1) for _ in range(40)])
+        hits += low <= 0 <= high
+    assert 0.93 <= hits / 2000 <= 0.985, hits
+    with pytest.raises(ValueError, match="no values"):
+        overhead.median_interval([])
 
 
 def test_the_turns_refuse_two_models_that_do_not_compute_the_same_loss():
