@@ -44,10 +44,11 @@ the regions' numbers run through all 2^32 values before one comes back, and a st
 1.9 million regions at 1024 ranks, 40 million at 64, 154 million at 8).  (A hash of the
 generator's state, this module's first choice, is a random map of 2^32 numbers: from seed 0,
 with nothing else drawn, it came back to a number it had given after 14,404 regions, and
-from then on the masks repeated; a 32-layer model makes 65 regions a step.)  Which stream
-runs, and its ``s``, are read from the generator's own seed (a per-rank seed carries a tag in
-its top 16 bits): nothing is kept between hooks.  ``torch.utils.checkpoint`` saves and restores generator states, seeds
-included, so a recomputed block replays the same switches and the same masks.
+from then on the masks repeated; a 32-layer Llama under the full plan opens 65 regions a
+forward.)  Which stream runs, and its ``s``, are read from the generator's own seed (a
+per-rank seed carries a tag in its top 16 bits): nothing is kept between hooks.
+``torch.utils.checkpoint`` saves and restores generator states, seeds included, so a
+recomputed block replays the same switches and the same masks.
 
 Consequences, by design: masks change from step to step (each region counts a new ``s``);
 a fixed ``torch.manual_seed`` on every rank reproduces a run exactly; the masks of the ranks
