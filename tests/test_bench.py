@@ -58,20 +58,35 @@ def test_the_report_has_the_float8_table_and_keeps_the_main_one(tmp_path, monkey
 
 
 def test_float8_models_emulate_the_matmul_where_the_cpu_has_only_a_reference_loop(monkeypatch):
-    """bench.float8_emulated() times one 128 x 128 float8 matmul against float32's: a loop a thousand times
-    slower (as oneDNN's reference one on CPUs without a float8 kernel) turns emulation on; a kernel does not."""
-    fast = torch._scaled_mm
+    """bench.float8_emulated() times one 128 x 128 float8 matmul against float32's, here on a clock that only
+    the matmuls move (timed for real, a CI run once took a 1000x loop for a kernel). Every clock read adds a
+    microsecond, so float32's matmul takes one; a float8 one taking a second turns emulation on, ten
+    microseconds (a kernel's pace) does not. The float8 call is the real one, with bench's arguments."""
+    real = torch._scaled_mm
+    for per_call, expected in ((1.0, True), (1e-5, False)):
+        now = [0.0]
 
-    def loop(a, b, **kw):  # a reference loop's pace: about a thousand float32 matmuls
-        for _ in range(1000):
-            a.float() @ b.float()
-        return fast(a, b, **kw)
+        def clock():  # every read is a microsecond on, a float32 matmul included
+            now[0] += 1e-6
+            return now[0]
 
-    for scaled_mm, expected in ((loop, True), (lambda a, b, **kw: a.float() @ b.float(), False)):
+        def scaled_mm(a, b, **kw):  # the real call (its arguments checked), then a reference loop's time
+            out = real(a, b, **kw)
+            now[0] += per_call
+            return out
+
         monkeypatch.setattr(torch, "_scaled_mm", scaled_mm)
-        assert bench.float8_emulated() is expected
+        assert bench.float8_emulated(clock) is expected
         model = bench.build("small", float8=True, emulate=expected)[0]
         assert {m.config.emulate for m in model.modules() if hasattr(m, "float8_spec")} == {expected}
+
+
+@pytest.mark.parametrize("float32_s, float8_s, loop", [(1e-5, 1e-2, True), (1e-5, 1e-3, False),
+                                                       (1e-4, 4e-3, False), (1e-4, 7e-3, True),
+                                                       (2e-3, 0.05, False), (2e-3, 2.0, True)])
+def test_the_reference_loop_is_fifty_times_float32_and_a_millisecond_more(float32_s, float8_s, loop):
+    """The rule on its own: over 50x float32's time plus 1 ms is a loop; a kernel a few times float32's is not."""
+    assert bench.is_reference_loop(float32_s, float8_s) is loop
 
 
 @pytest.mark.parametrize("argv, message", [(["--float8"], "--float8 goes with --torchrun"),
