@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from .debug import current_module, module_scope
 from .mesh import DeviceMesh, get_current_mesh
@@ -36,6 +37,13 @@ _HINTS: dict = {}
 def register_hint(func, hint: str) -> None:
     """The advice the error of ``func(dtensor, ...)`` gives instead of the generic one."""
     _HINTS[func] = hint
+
+
+for _loss in (F.cross_entropy, F.log_softmax, F.nll_loss):  # where these work, and why .to_local() is wrong
+    register_hint(_loss, f"F.{_loss.__name__} of a DTensor (placements {{placements}}) works under `with "
+                         "tensorplay_edu.parallel.loss_parallel():` (vocabulary-parallel, no gather). Not on "
+                         ".to_local(): that would normalise over this rank's classes only, a wrong loss; "
+                         ".full_tensor() gathers the logits first (correct, more memory).")
 
 
 def register_torch_function(func, handler):
@@ -85,7 +93,12 @@ def _local_shape(shape, mesh: DeviceMesh, placements) -> list[int]:
     return local
 
 
-def _unsupported(name: str, placements) -> NotImplementedError:
+def _unsupported(name: str, placements, args=()) -> NotImplementedError:
+    if any(type(a).__module__.startswith("torch.distributed.tensor") for a in args):  # PyTorch's DTensor
+        return NotImplementedError(
+            f"{name} mixes a tensorplay_edu DTensor (placements {list(placements)}) with PyTorch's "
+            "torch.distributed.tensor.DTensor: they are different classes that cannot be combined. Use one "
+            "library for the whole model (tensorplay_edu.parallel's styles and DTensor, or PyTorch's).")
     return NotImplementedError(
         f"{name} is not implemented for tensorplay_edu DTensor (placements {list(placements)}). "
         "Take this rank's piece with .to_local(), or the whole tensor with .full_tensor(), apply "
@@ -305,7 +318,8 @@ class DTensor:
         if func in _HINTS:
             raise NotImplementedError(_HINTS[func].format(placements=list(placements)))
         name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
-        raise _unsupported(f"torch op {getattr(func, '__module__', '') or ''}.{name}".replace("..", "."), placements)
+        raise _unsupported(f"torch op {getattr(func, '__module__', '') or ''}.{name}".replace("..", "."), placements,
+                           [*args, *(kwargs or {}).values()])
 
     def __getattr__(self, name: str):
         if not name.startswith("__") and hasattr(torch.Tensor, name):
@@ -313,9 +327,16 @@ class DTensor:
         raise AttributeError(f"'DTensor' object has no attribute {name!r}")
 
 
+# operators a DTensor accepts: filled by features (parallel/pointwise.py: a scale, tanh, on the logits)
+_OPERATORS: dict = {}
+
+
 def _refuse(op: str):
     def method(self, *args, **kwargs):
-        raise _unsupported(f"operator {op}", self._placements)
+        handler = _OPERATORS.get(op)
+        if handler is not None:
+            return handler(self, *args, **kwargs)
+        raise _unsupported(f"operator {op}", self._placements, args)
     return method
 
 

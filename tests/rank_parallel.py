@@ -8,6 +8,7 @@ import copy
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 
 from rank_checks import chunk
@@ -143,6 +144,20 @@ def _ids(g, dtype):
     return torch.randint(0, 10, (12, 5), generator=g)  # vocab 10 (uneven), [12, 5] ids
 
 
+class ScaledLinear(nn.Linear):
+    """A Linear subclass with a forward of its own (linear in the layer's product, bias included)."""
+
+    def forward(self, x):
+        return super().forward(x) * 2.5 - 0.5 * F.linear(x, self.weight)
+
+
+class ScaledEmbedding(nn.Embedding):
+    """Gemma's scaled word embedding, plus a per-token shift: any function of a token's row."""
+
+    def forward(self, ids):
+        return super().forward(ids) * self.embedding_dim ** 0.5 + 1.0
+
+
 def style_cases():
     """(label, build, plan, make_input, in_layout, out_layout) for each style alone."""
     from tensorplay_edu.parallel import ColwiseParallel as C, RowwiseParallel as R
@@ -170,6 +185,14 @@ def style_cases():
         emb = lambda kw=kw: nn.Embedding(10, 12, **kw)  # noqa: E731
         cases.append((f"Embedding({kw}) {style!r}", emb, lambda m, mesh, s=style: parallelize_module(m, mesh, s),
                       _ids, Replicate(), outl or Replicate()))
+    for style, inl, outl in [(R(), Shard(-1), Replicate()), (R(output_layouts=Shard(0)), Shard(-1), Shard(0)),
+                             (C(), Replicate(), Shard(-1))]:
+        for bias in (True, False):  # a subclass's own forward runs (the style wraps it, does not replace it)
+            cases.append((f"ScaledLinear(bias={bias}) {style!r}", lambda bias=bias: ScaledLinear(10, 10, bias=bias),
+                          lambda m, mesh, s=style: parallelize_module(m, mesh, s), _linear_input, inl, outl))
+    for style, outl in [(R(input_layouts=Replicate()), Replicate()), (C(), Shard(-1))]:
+        cases.append((f"ScaledEmbedding {style!r}", lambda: ScaledEmbedding(10, 12, padding_idx=7),
+                      lambda m, mesh, s=style: parallelize_module(m, mesh, s), _ids, Replicate(), outl))
     mlp = lambda: nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 10))  # noqa: E731
     cases.append(("MLP colwise -> rowwise", mlp, lambda m, mesh: parallelize_module(m, mesh, {"0": C(), "2": R()}),
                   _linear_input, Replicate(), Replicate()))

@@ -106,7 +106,7 @@ EDGES = {  # case: (world sizes, does the async step run a ring, words of the lo
     "col last dim": ([2, 3], False, "last dim"),
     "uneven": ([2, 3], True, None),  # 7 tokens on 2 ranks, 10 on 3: uneven chunks stay on the ring
     "no rows": ([2, 3], False, "holds no rows"),  # t - 1 tokens: one rank has none
-    "float8 plain": ([2], False, "Float8Linears under the high-precision styles"),
+    "float8 plain": ([2], False, "run a forward of their own (a Float8Linear"),
     "even": ([2], True, None),
 }
 

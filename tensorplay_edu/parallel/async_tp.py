@@ -95,15 +95,15 @@ def ring_refusal(dim: int, ndim: int, sizes: list[int], readers=()) -> str | Non
     The rings pass whole rows of the sequence (or batch): each chunk is multiplied by the
     weight on its own.  A shard of the last dim is a slice of the features the matmul sums
     over (no chunk can be multiplied alone); a rank holding no rows has nothing to send
-    (gloo would wait for it); a plain-style Float8Linear multiplies in float8 inside its own
-    forward, which the high-precision ring would bypass."""
+    (gloo would wait for it); a reader with a forward of its own (a Float8Linear under the
+    high-precision styles, a Linear subclass) would be bypassed by the ring's plain matmul."""
     if dim == ndim - 1:
         return f"the shard is on the last dim (the features the matmul sums over), not on rows"
     if min(sizes) == 0:
         return f"a rank holds no rows ({sizes} over {len(sizes)} ranks)"
-    plain8 = [getattr(m, "_tp_fqn", "?") for m in readers if hasattr(m, "float8_spec")]
-    if plain8:
-        return f"{plain8} are Float8Linears under the high-precision styles"
+    own = [getattr(m, "_tp_fqn", "?") for m in readers if type(m).forward is not torch.nn.Linear.forward]
+    if own:  # a Float8Linear under the high-precision styles, a Linear subclass: the ring's matmul would skip it
+        return f"{own} run a forward of their own (a Float8Linear, a Linear subclass)"
     return None
 
 
@@ -119,11 +119,11 @@ def ring_ok(x, readers, mesh) -> bool:
     return reason is None
 
 
-def ring_ok_rows(dim: int, shape, mesh, owner: str) -> bool:
-    """The same for a matmul -> reduce-scatter of an output of ``shape`` onto ``dim``."""
+def ring_ok_rows(dim: int, shape, mesh, owner: str, module=None) -> bool:
+    """The same for ``module``'s matmul -> reduce-scatter of an output of ``shape`` onto ``dim``."""
     if not is_async(mesh):
         return False
-    reason = ring_refusal(dim, len(shape), chunk_sizes(shape[dim], mesh.size()))
+    reason = ring_refusal(dim, len(shape), chunk_sizes(shape[dim], mesh.size()), [module] if module else ())
     if reason:
         logger.info("async TP: %s runs the synchronous reduce-scatter: %s", owner or "a module", reason)
     return reason is None

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from .. import debug
-from ..dtensor import DTensor, register_hint, register_torch_function
+from ..dtensor import DTensor, register_torch_function
 from ..placement import Partial, Replicate, Shard, chunk_offset
 from ..transition import redistribute_local
 
@@ -287,11 +287,6 @@ def _nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, 
 
 
 _HANDLERS = {F.cross_entropy: _cross_entropy, F.log_softmax: _log_softmax, F.nll_loss: _nll_loss}
-for _func in _HANDLERS:  # outside loss_parallel(): say where these work, and why .to_local() would be wrong
-    register_hint(_func, f"F.{_func.__name__} of a DTensor (placements {{placements}}) works under `with "
-                         "tensorplay_edu.parallel.loss_parallel():` (vocabulary-parallel, no gather). Not on "
-                         ".to_local(): that would normalise over this rank's classes only, a wrong loss; "
-                         ".full_tensor() gathers the logits first (correct, more memory).")
 
 
 @contextlib.contextmanager

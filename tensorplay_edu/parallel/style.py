@@ -40,6 +40,7 @@ from .async_tp import MatmulReduceScatter, RingInput, is_async, ring_ok, ring_ok
 from .async_tp import logger as async_logger
 from .grad_sync import partial_gradient
 from .init import install_reset_parameters
+from .own_forward import overrides_forward, partial_own_forward, vocab_parallel_embedding
 from .params import attach_own_layouts, buffers_to_mesh, distribute_param
 from .rng import follow_layout
 
@@ -247,14 +248,14 @@ class RowwiseParallel(_LinearOrEmbedding):
         for (_, name), placement in self.param_placements(module).items():
             distribute_param(module, name, placement, mesh, self.src_data_rank)
         if isinstance(module, nn.Linear):
-            if module.bias is not None and self.output_layouts[0] != Replicate():  # each rank sums the bias grad
-                partial_gradient(module, "bias", mesh, f"{fqn(module)}.bias")        # over its own rows
+            if module.bias is not None and self.output_layouts[0] != Replicate() and not _own_forward(module):
+                partial_gradient(module, "bias", mesh, f"{fqn(module)}.bias")  # each rank sums its own rows
             module.forward = functools.partial(_partial_linear, module, mesh, self.output_layouts[0])
             if hasattr(module, "float8_spec"):  # a Float8Linear: input columns and weight columns are cut, so their
                 cut = (mesh, (0,))  # amaxes are taken over the TP group; the partial sum is reduced in high precision
                 module.float8_spec = dataclasses.replace(module.float8_spec, input_cut=cut, weight_cut=cut)
         else:
-            module.forward = types.MethodType(_vocab_parallel_embedding, module)
+            module.forward = types.MethodType(vocab_parallel_embedding, module)
 
     @staticmethod
     def desired_input_layout(module) -> Placement:
@@ -275,7 +276,7 @@ class RowwiseParallel(_LinearOrEmbedding):
     def _prepare_output(self, module, out, mesh, inputs=None):  # out: [.., out], this rank's addend (or reduced: async)
         dt = out if isinstance(out, DTensor) else DTensor.from_local(out, mesh, [Partial()])
         bias = getattr(module, "bias", None) if isinstance(module, nn.Linear) else None
-        if bias is None:
+        if bias is None or _own_forward(module):  # (a subclass's forward took its bias in, on rank 0)
             return self._finish(dt, module)  # g: all-reduce, or reduce-scatter
         if self.output_layouts[0] != Replicate():  # no-op unless the bias was replaced since
             partial_gradient(module, "bias", mesh, f"{fqn(module)}.bias")
@@ -306,12 +307,19 @@ def _partial_linear(self: nn.Linear, mesh: DeviceMesh, output: Placement, x: tor
             async_logger.info("async TP: %s runs the synchronous reduce-scatter: a Float8Linear under the "
                               "high-precision RowwiseParallel (its float8 matmul runs in its own forward)", fqn(self))
         return self.partial_forward(x)
-    if isinstance(output, Shard) and ring_ok_rows(output.normalized(x.ndim).dim, x.shape, mesh, fqn(self)):
+    if isinstance(output, Shard) and ring_ok_rows(output.normalized(x.ndim).dim, x.shape, mesh, fqn(self), self):
         dim = output.normalized(x.ndim).dim
         with module_scope(fqn(self)):
             local = MatmulReduceScatter.apply(x, self.weight, mesh, dim)  # [.., s/t, out]
         return DTensor.from_local(local, mesh, [Shard(dim)], shape=[*x.shape[:-1], self.weight.shape[0]])
+    if _own_forward(self):
+        return partial_own_forward(self, mesh, x)  # a subclass's forward on this rank's columns
     return F.linear(x, self.weight)  # [.., in/t] @ [out, in/t]^T -> [.., out]
+
+
+def _own_forward(module: nn.Linear) -> bool:
+    """A Linear subclass with a forward of its own (a Float8Linear has its partial_forward)."""
+    return overrides_forward(module, nn.Linear) and not hasattr(module, "float8_spec")
 
 
 def _colwise_linear(self: nn.Linear, x) -> torch.Tensor:
@@ -325,23 +333,3 @@ def ring_input(x: DTensor, mesh: DeviceMesh, readers: list, owner: str) -> RingI
     """A sequence-sharded DTensor, to be gathered by a ring fused with ``readers``' matmuls."""
     dim = x.placements[0].dim
     return RingInput(x.to_local(), mesh, dim, chunk_sizes(x.shape[dim], mesh.size()), readers, owner)
-
-
-def _vocab_parallel_embedding(self: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
-    """Rowwise Embedding forward: look up the ids in this rank's rows, zeros elsewhere.
-
-    The sum over ranks (the reduction that follows) is the ordinary lookup.
-    """
-    layout = self._tp_layouts["weight"]
-    vocab, t, r = layout.shape[0], layout.mesh.size(), layout.mesh.get_local_rank()
-    # checked where the ids live, without a host sync (on a GPU a device-side assert; PyTorch checks nothing)
-    torch._assert_async(((ids >= 0) & (ids < vocab)).all(), f"'{fqn(self)}': a token id is out of range [0, {vocab})")
-    start, rows = chunk_offset(vocab, t, r), chunk_sizes(vocab, t)[r]
-    outside = (ids < start) | (ids >= start + rows)
-    local_ids = (ids - start).masked_fill(outside, 0)
-    pad = self.padding_idx - start if self.padding_idx is not None and start <= self.padding_idx < start + rows else None
-    if rows == 0:  # this rank holds no rows: every id is someone else's
-        return self.weight.new_zeros((*ids.shape, self.embedding_dim)) + 0 * self.weight.sum()
-    out = F.embedding(local_ids, self.weight, pad, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse)
-    # zeroed in place (the embedding's backward does not read its output): [.., dim], this rank's addend
-    return out.masked_fill_(outside.unsqueeze(-1), 0.0)

@@ -1,0 +1,87 @@
+"""A row-split module runs its own forward: the class's method (a subclass's included) on this
+rank's piece, with what the layout needs done before and after it.
+
+**Rowwise Embedding** (vocab-parallel, weight ``Shard(0)``): each rank holds whole rows of
+the table, so every token is looked up on exactly one rank, its owner.  Each rank runs the
+module's forward on its own ids (others' ids point at row 0), then zeroes the tokens it does
+not own: the sum over ranks that follows is the owner's output.  Whatever the forward does
+to a token's row (Gemma's ``* sqrt(h)``, an added position) is therefore right.
+
+**Rowwise Linear** (weight ``Shard(1)``): each rank computes ``x_r @ W_r^T``, an addend of the
+output.  A plain ``nn.Linear`` adds its bias after the reduction (style.py).  A subclass's
+forward runs on the addend, and its bias joins the partial sum on rank 0 only: the table's
+``Replicate -> Partial`` (zeros elsewhere, gradient whole everywhere, no communication).
+The sum over ranks equals the one-device output when the forward is linear in the layer's
+product (a scale, a sum of such terms): a non-linear function of a partial sum (``relu``,
+``softmax``) is not the function of the sum, so keep such a layer whole or Colwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..dtensor import DTensor
+from ..placement import Partial, Replicate, chunk_offset, chunk_sizes
+
+__all__ = ["overrides_forward", "partial_own_forward", "vocab_parallel_embedding"]
+
+
+def overrides_forward(module: nn.Module, base: type) -> bool:
+    """Does ``module``'s class define a forward of its own (not ``base``'s)?"""
+    return type(module).forward is not base.forward
+
+
+@contextlib.contextmanager
+def _swapped(module: nn.Module, **values):
+    """``module``'s attributes (parameters included) set to ``values`` for the block."""
+    saved = {}
+    for name, value in values.items():
+        store = module._parameters if name in module._parameters else module.__dict__
+        saved[name] = (store, store[name])
+        store[name] = value
+    try:
+        yield module
+    finally:
+        for name, (store, value) in saved.items():
+            store[name] = value
+
+
+def partial_own_forward(module: nn.Linear, mesh, x: torch.Tensor) -> torch.Tensor:
+    """A Linear subclass's forward on this rank's columns ``x_r [.., in/t]``: an addend of its output."""
+    bias = module._parameters.get("bias")
+    if bias is None:
+        return type(module).forward(module, x)  # [.., out], this rank's addend
+    # the bias as an addend too: rank 0's whole, zeros elsewhere (Replicate -> Partial, no communication)
+    addend = DTensor.from_local(bias, mesh, [Replicate()]).redistribute(placements=[Partial()]).to_local()
+    with _swapped(module, bias=addend):
+        return type(module).forward(module, x)
+
+
+def vocab_parallel_embedding(self: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
+    """Rowwise Embedding forward: the module's own forward on the ids this rank owns, zeros elsewhere."""
+    layout = self._tp_layouts["weight"]
+    vocab, t, r = layout.shape[0], layout.mesh.size(), layout.mesh.get_local_rank()
+    # checked where the ids live, without a host sync (on a GPU a device-side assert; PyTorch checks nothing)
+    torch._assert_async(((ids >= 0) & (ids < vocab)).all(), f"'{_path(self)}': a token id is out of range [0, {vocab})")
+    start, rows = chunk_offset(vocab, t, r), chunk_sizes(vocab, t)[r]
+    if rows == 0:  # this rank holds no rows: every id is someone else's
+        return self.weight.new_zeros((*ids.shape, self.embedding_dim)) + 0 * self.weight.sum()
+    outside = (ids < start) | (ids >= start + rows)
+    local_ids = (ids - start).masked_fill(outside, 0)  # [..], rows of this rank's [V/t, h] piece
+    pad = self.padding_idx
+    pad = pad - start if pad is not None and start <= pad < start + rows else None  # the pad row, if it is here
+    if not overrides_forward(self, nn.Embedding):
+        out = F.embedding(local_ids, self.weight, pad, self.max_norm, self.norm_type, self.scale_grad_by_freq,
+                          self.sparse)
+        return out.masked_fill_(outside.unsqueeze(-1), 0.0)  # in place: the lookup's backward does not read it
+    with _swapped(self, padding_idx=pad):
+        out = type(self).forward(self, local_ids)  # [.., h]: the class's own forward (a scale, say)
+    return out.masked_fill(outside.unsqueeze(-1), 0.0)  # this rank's addend: its own tokens' rows
+
+
+def _path(module: nn.Module) -> str:
+    return getattr(module, "_tp_fqn", "") or type(module).__name__
