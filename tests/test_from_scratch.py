@@ -69,3 +69,8 @@ def test_the_meta_recipe_trains_like_one_device(world_size, plan, bucket):
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_pytorchs_weight_tying_case(world_size):
     _clean(launch(rank_scratch.tied_embedding_and_linear, world_size), at_least=2)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_pytorchs_separate_calls_then_tie_again(world_size):
+    _clean(launch(rank_scratch.tied_in_separate_calls, world_size, timeout=120), at_least=100)

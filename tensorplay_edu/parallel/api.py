@@ -83,12 +83,17 @@ def parallelize_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
         if not hasattr(sub, "_tp_fqn"):
             sub._tp_fqn = f"{base}.{name}" if base and name else (name or base)
     work = _resolve_plan(module, parallelize_plan)  # every error is raised here, before anything changes
-    ties = _check_ties(module, work)
+    ties, later = _check_ties(module, work)
     with check_same_parameters(_distributed(module, work), device_mesh, src_data_rank):  # one tiny collective
         for style, target in work:
             style.src_data_rank = src_data_rank
             style._apply(target, device_mesh)
     _retie(ties)
+    if later:  # ties with a use left out of this plan: tied again, alike, by the first forward
+        if not hasattr(module, "_tp_ties_to_check"):
+            module._tp_ties_to_check = []
+            module.register_forward_pre_hook(_check_ties_again)
+        module._tp_ties_to_check += later
     if outermost:  # outside the modules you parallelized, dropout draws from the shared stream (rng.py)
         module.register_forward_hook(reset_streams_hook)
     return module
@@ -132,9 +137,12 @@ def _distributed(module: nn.Module, work) -> list[tuple[str, object]]:
     return out
 
 
-def _check_ties(module: nn.Module, work) -> list[list[tuple[str, nn.Module, str]]]:
+def _check_ties(module: nn.Module, work) -> tuple[list, list]:
     """The tied parameters of ``module`` (one object under several names), checked against the
-    plan: every use must get the same layout, or none.  Returns the groups to tie again."""
+    plan: every use must get the same layout, or none.  Returns the groups to tie again, and the
+    groups with a use this plan leaves whole: PyTorch's examples parallelize ``output`` in a
+    second call and tie it again by hand (``output.weight = tok_embeddings.weight``), so those
+    are checked at the first forward instead (:func:`_check_ties_again`)."""
     uses = defaultdict(list)  # id(param) -> [(path, owner, name)]
     for path, owner in module.named_modules():
         for name, param in owner._parameters.items():
@@ -147,17 +155,34 @@ def _check_ties(module: nn.Module, work) -> list[list[tuple[str, nn.Module, str]
             unknown.update(id(owner) for owner in target.modules())
         else:
             planned.update({(id(owner), name): p for (owner, name), p in placements.items()})
-    groups = []
+    groups, later = [], []
     for group in (g for g in uses.values() if len(g) > 1):
         if any(id(owner) in unknown for _, owner, _ in group):
             groups.append(group)  # a style that does not say: checked after it ran
             continue
         layouts = {path: planned.get((id(owner), name)) for path, owner, name in group}
-        if len(set(map(repr, layouts.values()))) > 1:
+        given = {repr(p) for p in layouts.values() if p is not None}
+        if len(given) > 1:
             raise ValueError(_tie_error(layouts))
-        if next(iter(layouts.values())) is not None:
+        if given and None in layouts.values():
+            later.append(group)  # one use left whole by this call
+        elif given:
             groups.append(group)
-    return groups
+    return groups, later
+
+
+def _check_ties_again(module: nn.Module, inputs) -> None:
+    """A forward pre-hook: every tie that a plan cut in part is one parameter again, laid out alike."""
+    for group in module._tp_ties_to_check:
+        params = [owner._parameters.get(name) for _, owner, name in group]
+        layouts = {path: _placements(getattr(owner, "_tp_layouts", {}).get(name)) for path, owner, name in group}
+        if any(p is not params[0] for p in params) or len(set(map(repr, layouts.values()))) > 1:
+            raise ValueError(_tie_error(layouts, untied=True))
+    module._tp_ties_to_check.clear()
+
+
+def _placements(layout):
+    return None if layout is None else list(layout.placements)
 
 
 def _retie(groups) -> None:
@@ -175,14 +200,16 @@ def _retie(groups) -> None:
 
 
 def _layout_of(param):
-    layout = param_layout(param)
-    return None if layout is None else list(layout.placements)
+    return _placements(param_layout(param))
 
 
-def _tie_error(layouts: dict) -> str:
+def _tie_error(layouts: dict, untied: bool = False) -> str:
     said = ", ".join(f"'{path}' {'left whole' if p is None else repr(p)}" for path, p in layouts.items())
-    return (f"parallelize_module: {' and '.join(repr(p) for p in layouts)} are one tied parameter, and the plan lays "
-            f"them out differently ({said}): they would silently become separate parameters. Give every use the "
-            "same layout (a vocab-parallel embedding, RowwiseParallel(input_layouts=Replicate()), and a "
-            "vocabulary-split output, ColwiseParallel, both hold [V/t, h] rows on Shard(0)), in one "
-            "parallelize_module call, or untie them first (e.g. output.weight = nn.Parameter(output.weight.clone())).")
+    what = ("were tied when parallelize_module saw them, and are separate parameters at this forward" if untied else
+            "are one tied parameter, and the plan lays them out differently")
+    return (f"parallelize_module: {' and '.join(repr(p) for p in layouts)} {what} ({said}): they would silently "
+            "train as separate parameters. Give every use the same layout (a vocab-parallel embedding, "
+            "RowwiseParallel(input_layouts=Replicate()), and a vocabulary-split output, ColwiseParallel, both hold "
+            "[V/t, h] rows on Shard(0)), in one parallelize_module call or in several followed by tying them again "
+            "(output.weight = tok_embeddings.weight), or untie them first (e.g. output.weight = "
+            "nn.Parameter(output.weight.clone())).")
