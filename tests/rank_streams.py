@@ -188,3 +188,56 @@ def reproducible_training() -> list[float]:
         opt.zero_grad()
         losses.append(loss.item())
     return losses
+
+
+class SkipFFN(nn.Module):
+    """A replicated tensor dropped between the Colwise and the Rowwise Linear, written three ways:
+    ``skip = drop(x)`` before ``down(h)``, ``drop(x)`` after it, and ``drop(x * 2)`` of a tensor
+    derived from x.  Each must draw one mask on every rank (the output is replicated); the dropout
+    of the hidden units, this rank's own."""
+
+    def __init__(self, way: str, h=8, f=96):
+        super().__init__()
+        self.up, self.down = nn.Linear(h, f, bias=False), nn.Linear(f, h, bias=False)
+        self.drop, self.drop_h, self.way, self.seen = nn.Dropout(P), nn.Dropout(P), way, {}
+        with torch.no_grad():
+            self.up.weight.fill_(1.0)
+            self.down.weight.fill_(1.0 / f)
+
+    def forward(self, x):
+        h = self.drop_h(F.relu(self.up(x)))  # [b, s, f/t]: sharded
+        self.seen["inner"] = h.detach() != 0
+        if self.way == "before":
+            skip = self.drop(x)
+            out = self.down(h) + skip
+        elif self.way == "after":
+            out = self.down(h) + self.drop(x)
+        else:
+            skip = self.drop(x * 2)
+            out = self.down(h) + skip
+        self.seen["skip"] = (out - self.down(h)).detach() != 0
+        return out
+
+
+def replicated_dropout_inside_a_region(requires_grad: bool) -> tuple[list[str], int]:
+    """The mask follows the tensor, not where the line is written: the replicated skip draws one mask
+    on every rank, the hidden units one each.  ``requires_grad``: the input is a leaf that needs a
+    gradient (else a plain input marked by the model's hook), through an embedding-like multiply."""
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    check = Checker()
+    for way in ("before", "after", "derived") if requires_grad else ("before", "after"):  # (see rng.py on no graph)
+        model = parallelize_module(SkipFFN(way), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+        x = torch.ones(4, 6, 8, requires_grad=requires_grad)
+        torch.manual_seed(5)
+        out = model(x)
+        outs, skips, inner = _gather(out.detach()), _gather(model.seen["skip"].float()), \
+            _gather(model.seen["inner"].float())
+        check(f"{way}: the replicated output is the same on every rank", all(torch.equal(outs[0], o) for o in outs))
+        check(f"{way}: one skip mask everywhere", all(torch.equal(skips[0], s) for s in skips))
+        check(f"{way}: about half the skip kept", 0.3 < float(skips[0].mean()) < 0.7)
+        check(f"{way}: the hidden units' masks differ", all(not torch.equal(inner[0], m) for m in inner[1:]))
+        if requires_grad:
+            out.pow(2).sum().backward()
+            grads = _gather(x.grad)
+            check(f"{way}: the input gradient is the same on every rank", all(torch.equal(grads[0], g) for g in grads))
+    return check.result()

@@ -35,7 +35,7 @@ from torch import nn
 from ..distribute import check_same_parameters
 from ..mesh import DeviceMesh, get_current_mesh
 from .params import param_layout
-from .rng import reset_streams_hook
+from .rng import mark_model_inputs, reset_streams_hook
 from .style import ParallelStyle
 
 __all__ = ["parallelize_module"]
@@ -95,6 +95,7 @@ def parallelize_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
             module.register_forward_pre_hook(_check_ties_again)
         module._tp_ties_to_check += later
     if outermost:  # outside the modules you parallelized, dropout draws from the shared stream (rng.py)
+        module.register_forward_pre_hook(mark_model_inputs, prepend=True, with_kwargs=True)
         module.register_forward_hook(reset_streams_hook)
     return module
 

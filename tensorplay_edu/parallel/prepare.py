@@ -52,9 +52,11 @@ def _follow(desired, module, mesh, values) -> None:
     tensor is sharded, the shared one if any is replicated (see rng.py).  ``desired``: the
     converted tensors' layouts (``_stream`` of the desired layouts, worked out once)."""
     if desired:
-        tensor = next((v for v in values if isinstance(v, (torch.Tensor, DTensor))), None)
-        if tensor is not None:
-            follow_layout(all(isinstance(p, Shard) for p in desired), module, mesh, tensor)
+        tensors = [v for v in values if isinstance(v, (torch.Tensor, DTensor))]
+        sharded = [isinstance(p, Shard) for p in desired]
+        mixed = any(sharded) != all(sharded)  # then the default stream only: no tensor is marked
+        for tensor in tensors[:1] if mixed else tensors:
+            follow_layout(all(sharded), module, mesh, tensor, marks=not mixed)
 
 
 def _stream(desired) -> list:

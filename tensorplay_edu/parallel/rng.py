@@ -1,69 +1,55 @@
-"""Random numbers follow the layout: a stream of its own per rank where activations are
-sharded, one shared stream where they are replicated.
+"""Random numbers follow the tensor: a stream of its own per rank for a sharded tensor, one
+shared stream for a replicated one.
 
-A dropout mask must match what it masks:
+A dropout mask must match what it masks.  A **replicated** tensor (the residual stream of the
+vanilla plan, anything after an all-reduce) is the same on every rank, so its mask must be the
+*same* on every rank, or the replicas drift apart.  A **sharded** tensor (this rank's heads or
+hidden units after a Colwise Linear, this rank's tokens under sequence parallelism) holds
+different elements on each rank, so each rank needs its *own* mask: one mask shared by all
+would drop the same positions of every shard.  (Megatron-LM forks into a second, per-rank
+generator by hand around such code; PyTorch's DTensor decides per random op from placements.)
 
-* **replicated** activations (the residual stream of the vanilla plan, anything after an
-  all-reduce) are the same tensor on every rank, so their mask must be the *same* on every
-  rank, or the replicas drift apart;
-* **sharded** activations (this rank's heads or hidden units after a Colwise Linear, this
-  rank's tokens under sequence parallelism) are different numbers on each rank; one mask
-  shared by all ranks would drop the same positions of every shard, correlating heads,
-  hidden units or tokens that the single-device model masks independently.  Each rank
-  needs its *own* mask.
+Here the styles' hooks know each layout they hand to your code, and leave two traces:
 
-Megatron-LM keeps a second generator for the sharded regions (``get_cuda_rng_tracker()``,
-seeded ``seed + 2718 + tp_rank``) and its model code forks into it by hand around
-attention dropout and, with sequence parallelism, around each whole block.  PyTorch's
-DTensor decides per random op from the DTensor's placements (an offset-based tracker,
-CUDA only).  Here the styles decide at the only places where a layout is known, their
-hooks: every hook that hands a local tensor to the module's own code moves the default
-generator of that tensor's device to the stream its layout needs:
+* **a mark**: the tensor's autograd node (``grad_fn.metadata["tp_rank"]``: this rank's TP
+  index if sharded, -1 if replicated; a leaf tensor carries it as ``tensor._tp_rank``).  The
+  model's inputs are marked replicated.  A random op (``F.dropout`` and its kin,
+  ``F.scaled_dot_product_attention``'s ``dropout_p``, wrapped on import) walks its input's
+  autograd graph back to the nearest marks: any sharded one makes its input sharded, else
+  replicated.  So ``skip = drop(x)`` written between a Colwise and a Rowwise Linear draws the
+  shared mask, ``drop(h)`` of the Colwise output this rank's, wherever they are written;
+* **the default stream**: each hook moves the default generator of the tensor's device to the
+  stream its layout needs (this rank's after a Shard output, the shared one after a Replicate
+  output and when a parallelized model returns).  It serves where no graph is recorded
+  (``torch.no_grad()``, ``torch.compile``'s traced code, a tensor computed from inputs that
+  need no gradient): a replicated ``drop(x * 2)`` of such an input, written between a Colwise
+  and a Rowwise Linear, would draw this rank's mask; drop it before the Colwise call instead.
 
-==============================================  ============================================
-hook (training mode)                            stream afterwards
-==============================================  ============================================
-ColwiseParallel / RowwiseParallel output        this rank's if ``Shard``, shared if Replicate
-SequenceParallel input (and so its output)      this rank's
-PrepareModuleInput / PrepareModuleOutput        this rank's if every converted tensor is
-                                                ``Shard``, shared otherwise
-a module given to ``parallelize_module``        shared (outside your parallelized modules
-returns                                         the stream is always the shared one)
-==============================================  ============================================
+The switch: **shared -> this rank's**: the region's number ``s`` is the shared stream's seed one
+odd ``STEP`` further (mod 2^32), the same on every rank; this rank's stream is seeded
+``s + (rank + 1) * MIX``.  **This rank's -> shared**: seed ``s``, so the next region counts on
+from it.  The regions' numbers run through all 2^32 values before one comes back, and a
+(region, rank) stream is first drawn again after 1.9 million regions at 1024 ranks, 40 million
+at 64, 154 million at 8.  Which stream runs
+is read from the generator's own seed (a per-rank seed carries a tag in its top 16 bits).
 
-So ``nn.Dropout``, ``F.dropout`` and ``F.scaled_dot_product_attention(dropout_p=...)``
-between a Colwise and a Rowwise Linear draw per-rank masks, and a dropout after the Rowwise
-(replicated output) draws the shared mask, with no change to the model's code.
-
-The switch: **shared -> this rank's**: the region's number ``s`` is the shared stream's seed
-one ``STEP`` further, ``s = seed + STEP`` (mod 2^32), the same on every rank; seed this rank's
-stream with ``s + (rank + 1) * MIX``.  **This rank's -> shared**: seed the shared stream
-with ``s`` (the "rank -1" stream), so the next region counts on from it.  STEP is odd, so
-the regions' numbers run through all 2^32 values before one comes back, and a stream of one
-(region, rank) is not drawn again by another for millions of regions (the first reuse: after
-1.9 million regions at 1024 ranks, 40 million at 64, 154 million at 8).  (A hash of the
-generator's state, this module's first choice, is a random map of 2^32 numbers: from seed 0,
-with nothing else drawn, it came back to a number it had given after 14,404 regions, and
-from then on the masks repeated; a 32-layer Llama under the full plan opens 65 regions a
-forward.)  Which stream runs, and its ``s``, are read from the generator's own seed (a
-per-rank seed carries a tag in its top 16 bits): nothing is kept between hooks.
-``torch.utils.checkpoint`` saves and restores generator states, seeds included, so a
-recomputed block replays the same switches and the same masks.
-
-Consequences, by design: masks change from step to step (each region counts a new ``s``);
-a fixed ``torch.manual_seed`` on every rank reproduces a run exactly; the masks of the ranks
-together are a mask of the single-device model (independent Bernoulli draws), not the one
-one process would draw with the same seed; a training forward moves the shared stream
-(one reseed per sharded region), the same way on every rank.  Eval mode draws
-nothing.  A hook that switches streams is a graph break under ``torch.compile`` (seeding a
-generator cannot be traced), so a compiled training step runs in a few more graphs.
+So masks change from step to step; a fixed ``torch.manual_seed`` on every rank reproduces a
+run; ``torch.utils.checkpoint`` restores generator states and replays the same walks, so a
+recomputed block draws the same masks; the ranks' masks together are a mask of the
+single-device model (independent Bernoulli draws), not the one one process would draw.  Eval
+mode draws nothing.  Seeding a generator cannot be traced: a compiled training step with a
+switch runs in a few more graphs.
 """
 
 from __future__ import annotations
 
-import torch
+import functools
 
-__all__ = ["follow_layout", "to_rank_stream", "to_shared_stream", "on_rank_stream", "reset_streams_hook"]
+import torch
+import torch.nn.functional as F
+
+__all__ = ["follow_layout", "to_rank_stream", "to_shared_stream", "on_rank_stream", "reset_streams_hook",
+           "mark", "stream_of", "mark_model_inputs"]
 
 _TAG = 0x7E5D  # top 16 bits of a per-rank seed ("tensor-parallel stream")
 _MIX = 0x9E3779B9  # odd 32-bit constant: rank r's stream is s + (r + 1) * _MIX, the shared one s
@@ -105,20 +91,127 @@ def to_shared_stream(gen: torch.Generator) -> None:
         gen.manual_seed((seed - (rank + 1) * _MIX) % _LOW)  # s: the region's number, the same on every rank
 
 
-def follow_layout(sharded: bool, module: torch.nn.Module, mesh, tensor) -> None:
-    """Called by the styles' hooks: the stream ``tensor``'s layout needs, in training mode.
-    Every hook calls it, so the usual case (already on that stream) is one read of the seed."""
+def follow_layout(sharded: bool, module: torch.nn.Module, mesh, tensor, marks: bool = True) -> None:
+    """Called by the styles' hooks, in training mode: mark ``tensor`` and move the default
+    stream to the one its layout needs (usually already there: one read of the seed)."""
     if not module.training:
         return
     device = getattr(tensor, "device", None)
     if not isinstance(device, torch.device):
         return
+    sharded = sharded and mesh.size() > 1
+    if marks:
+        mark(tensor, mesh.get_local_rank() if sharded else -1)
     gen = _generator(device)
-    if sharded and mesh.size() > 1:
-        if not on_rank_stream(gen):  # else nothing to do: not even this rank's index to look up
+    if sharded:
+        if not on_rank_stream(gen):
             to_rank_stream(gen, mesh.get_local_rank())
     else:
         to_shared_stream(gen)
+
+
+# ---- the marks, and the random ops that read them ------------------------------------------------
+
+def mark(tensor, rank: int) -> None:
+    """Record ``tensor``'s stream: ``rank`` (sharded) or -1 (replicated).  A DTensor: its local tensor."""
+    local = getattr(tensor, "_local", tensor)
+    if not isinstance(local, torch.Tensor) or torch.compiler.is_compiling():
+        return
+    if local.grad_fn is not None:
+        local.grad_fn.metadata["tp_rank"] = rank
+    else:
+        local._tp_rank = rank  # a leaf: no node to carry it
+
+
+def stream_of(tensor: torch.Tensor) -> int | None:
+    """The stream ``tensor``'s random op draws from: a rank (sharded), -1 (replicated), or None
+    (no mark reached: the default stream).  Walks the autograd graph back to the nearest marks
+    and leaves the answer on ``tensor``'s node, so a later walk stops there."""
+    node = tensor.grad_fn
+    if node is None:
+        return getattr(tensor, "_tp_rank", None)
+    found, todo, seen = None, [node], set()
+    while todo:
+        n = todo.pop()
+        if n is None or id(n) in seen:  # ids of this walk's nodes, alive while it runs
+            continue
+        seen.add(id(n))
+        rank = n.metadata.get("tp_rank")
+        if rank is None:
+            leaf = getattr(n, "variable", None)  # AccumulateGrad: a leaf tensor, maybe marked
+            rank = getattr(leaf, "_tp_rank", None)
+        if rank is not None and rank >= 0:
+            found = rank  # sharded anywhere: sharded
+            break
+        if rank is not None:
+            found = -1
+        else:
+            todo.extend(parent for parent, _ in n.next_functions)
+    if found is not None:
+        node.metadata["tp_rank"] = found
+    return found
+
+
+def _draws(p_name: str, p_at: int, p_default, training_at: int | None):
+    """When a random op draws: its probability argument above 0 (and ``training`` true)."""
+    def draws(args, kwargs) -> bool:
+        p = kwargs.get(p_name, args[p_at] if len(args) > p_at else p_default)
+        training = True if training_at is None else kwargs.get("training", args[training_at]
+                                                                 if len(args) > training_at else True)
+        return bool(training) and p > 0
+    return draws
+
+
+def _following(fn, draws):
+    """``fn`` drawing from the stream of its first tensor argument."""
+    @functools.wraps(fn)
+    def random_op(*args, **kwargs):
+        if not draws(args, kwargs) or not torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return fn(*args, **kwargs)
+        x = args[0] if args else next(iter(kwargs.values()))
+        want = stream_of(x) if isinstance(x, torch.Tensor) else None
+        gen = _generator(x.device) if want is not None else None
+        if want is None or (want >= 0) == on_rank_stream(gen):
+            return fn(*args, **kwargs)  # the default stream is the right one
+        if want >= 0:  # a sharded tensor where the hooks left the shared stream
+            to_rank_stream(gen, want)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                to_shared_stream(gen)
+        rank = (gen.initial_seed() >> 32) & 0xFFFF  # a replicated tensor inside a sharded region
+        to_shared_stream(gen)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            to_rank_stream(gen, rank)
+    random_op.__tensorplay_guard__ = True
+    return random_op
+
+
+_RANDOM_OPS = {  # name in torch.nn.functional: when it draws
+    "dropout": _draws("p", 1, 0.5, 2), "dropout1d": _draws("p", 1, 0.5, 2), "dropout2d": _draws("p", 1, 0.5, 2),
+    "dropout3d": _draws("p", 1, 0.5, 2), "alpha_dropout": _draws("p", 1, 0.5, 2),
+    "feature_alpha_dropout": _draws("p", 1, 0.5, 2),
+    "scaled_dot_product_attention": _draws("dropout_p", 4, 0.0, None),
+}
+
+
+def install_random_ops() -> None:
+    """Wrap the random ops of ``torch.nn.functional`` (idempotent; called on import)."""
+    for name, draws in _RANDOM_OPS.items():
+        fn = getattr(F, name, None)
+        if fn is not None and not getattr(fn, "__tensorplay_guard__", False):
+            setattr(F, name, _following(fn, draws))
+
+
+def mark_model_inputs(module: torch.nn.Module, args, kwargs):
+    """A forward pre-hook on each module given to ``parallelize_module``: its tensor inputs are
+    replicated (the styles' hooks, which run after it, mark what they shard)."""
+    if module.training:
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.Tensor):
+                mark(value, -1)
 
 
 def reset_streams_hook(module: torch.nn.Module, inputs, output) -> None:
@@ -128,3 +221,6 @@ def reset_streams_hook(module: torch.nn.Module, inputs, output) -> None:
         to_shared_stream(torch.default_generator)
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             to_shared_stream(_generator(torch.device("cuda")))
+
+
+install_random_ops()
