@@ -72,8 +72,9 @@ def parallelize_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
         warnings.warn("No parallelize_plan is provided and auto-parallel is not supported at the moment, "
                       "so this parallelize_module call will do nothing.")
         return module
-    if isinstance(parallelize_plan, ParallelStyle):
-        parallelize_plan = {"": parallelize_plan}
+    if isinstance(parallelize_plan, ParallelStyle) or not isinstance(parallelize_plan, dict) and \
+            type(parallelize_plan).__module__.startswith("torch.distributed.tensor.parallel"):
+        parallelize_plan = {"": parallelize_plan}  # (PyTorch's style: refused by name below)
     if not isinstance(parallelize_plan, dict):
         raise TypeError(f"Expect Union[ParallelStyle, Dict[str, ParallelStyle]] for parallelize_plan, "
                         f"{type(parallelize_plan)} found!")
@@ -105,7 +106,11 @@ def _resolve_plan(module: nn.Module, plan: dict) -> list[tuple[ParallelStyle, nn
     work, claimed = [], {}  # claimed: (id of a module, what) -> the plan key that takes it
     for path, style in plan.items():
         if not isinstance(style, ParallelStyle):
-            raise TypeError(f"parallelize_plan['{path}'] is a {type(style).__name__}, not a ParallelStyle")
+            torch_s = type(style).__module__.startswith("torch.distributed.tensor.parallel")
+            raise TypeError(f"parallelize_plan['{path}'] is a {type(style).__name__}, not a ParallelStyle" + (
+                f": PyTorch's torch.distributed.tensor.parallel.{type(style).__name__}. tensorplay_edu's "
+                f"parallelize_module takes tensorplay_edu.parallel.{type(style).__name__} (the same arguments): "
+                "import the styles from tensorplay_edu.parallel" if torch_s else ""))
         hits = _matches(module, path)
         if not hits:
             every = [name for name, _ in module.named_modules() if name]

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..debug import module_scope
+from ..debug import current_module, module_scope
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Partial, Placement, Replicate, Shard, chunk_offset, chunk_sizes
@@ -105,6 +105,11 @@ def input_as_dtensor(x, mesh: DeviceMesh, layout: Placement, shape=None) -> DTen
         return x
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"expecting a torch.Tensor or DTensor input, got {type(x).__name__}")
+    if type(x).__module__.startswith("torch.distributed.tensor"):
+        raise TypeError(f"'{current_module() or 'a parallelized module'}' got PyTorch's torch.distributed.tensor.DTensor"
+                        f" (placements {list(x.placements)}): tensorplay_edu's styles take plain tensors or "
+                        "tensorplay_edu DTensors. Use one library for the whole model, or pass x.full_tensor() / "
+                        "x.to_local().")
     return DTensor.from_local(x, mesh, [layout], shape=shape)
 
 
