@@ -1,13 +1,16 @@
 """The ``torch.distributed.tensor.parallel`` API, on tensorplay_edu's DTensor.
 
-Importing it also installs three guards on PyTorch functions that would give a silently
-wrong answer on tensor-parallel parameters: ``torch.nn.utils.clip_grad_norm_`` and
-``get_total_norm`` refuse them (clip_grad.py), the ``torch.nn.init`` functions initialise
-the whole parameter and keep this rank's piece (init.py), and the optimizer-state functions
-of ``torch.distributed.checkpoint.state_dict`` refuse them (checkpoint.py).
+A parallelized parameter is this rank's piece.  Importing the package also guards the places
+where PyTorch would read a piece as the whole parameter (the list, with what each does:
+docs/global_views.md): ``torch.nn.utils.clip_grad_norm_`` refuses pieces (clip_grad.py); the
+``torch.nn.init`` functions draw the whole parameter and keep this rank's part (init.py);
+``Optimizer.state_dict`` / ``load_state_dict`` hand out and take pieces that know their place
+(optim_state.py); an optimizer that is not elementwise refuses to step on pieces
+(optimizers.py); random ops follow their input's layout (rng.py).
 """
 
-from . import checkpoint, init  # noqa: F401  (the guards above)
+from . import checkpoint, init, optim_state, optimizers  # noqa: F401  (the guards above)
+from . import pointwise  # noqa: F401  (element-wise ops on DTensors: a model's scaled logits under loss_parallel)
 from .api import parallelize_module
 from .clip_grad import clip_grad_norm_  # also guards torch.nn.utils.clip_grad_norm_ (see clip_grad.py)
 from .grad_sync import PartialGradBucket, bucket_partial_grads

@@ -34,6 +34,7 @@ from torch import nn
 
 from ..distribute import check_same_parameters
 from ..mesh import DeviceMesh, get_current_mesh
+from .hf_whole import guard_hf
 from .params import param_layout
 from .rng import mark_model_inputs, reset_streams_hook
 from .style import ParallelStyle
@@ -90,6 +91,7 @@ def parallelize_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
             style.src_data_rank = src_data_rank
             style._apply(target, device_mesh)
     _retie(ties)
+    guard_hf()  # HF's save_pretrained and init see whole tensors (hf_whole.py)
     if later:  # ties with a use left out of this plan: tied again, alike, by the first forward
         if not hasattr(module, "_tp_ties_to_check"):
             module._tp_ties_to_check = []

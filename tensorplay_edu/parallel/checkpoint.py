@@ -10,11 +10,10 @@ reads them from whichever saved chunks overlap them.  That is resharding, for fr
 A parallelized parameter is a plain ``nn.Parameter`` holding this rank's piece, so a plain
 ``model.state_dict()`` would hand DCP a tensor of the *local* shape under the same name on
 every rank, which DCP takes for a replica: it keeps rank 0's piece and drops the others.
-So a tensor-parallel module's ``state_dict()`` hands out a :class:`Piece` instead: a tensor
-whose size is the parameter's single-device size, holding this rank's local tensor and its
-offsets in the whole, and answering DCP's three questions (``__create_write_items__``,
-``__create_chunk_list__``, ``__get_tensor_shard__``).  Nothing is gathered: no rank ever
-holds a parameter it does not own.
+So a tensor-parallel module's ``state_dict()`` hands out a :class:`Piece` (piece.py) instead:
+a tensor of the parameter's single-device size holding this rank's local tensor and its
+offsets in the whole, which DCP asks which chunk it holds.  Nothing is gathered: no rank
+ever holds a parameter it does not own.
 
 ==================================  ==============================================
 a parallelized parameter            its state-dict entry
@@ -22,19 +21,19 @@ a parallelized parameter            its state-dict entry
 ``Shard`` over the TP group          ``Piece``: this rank's chunk, at its offset
 ``Replicate`` (norm weights, bias)   the plain tensor (every rank writes the same)
 FSDP2 over dp of a TP piece          ``Piece``: TP offset + FSDP2's offset inside it
+``state_dict(keep_vars=True)``       ``Piece`` whose ``.local`` is the live parameter
 ==================================  ==============================================
 
 ``load_state_dict`` takes a ``Piece`` of this rank's own place (a state dict of the same
-layout, e.g. after ``dcp.load`` into ``model.state_dict()``), a tensor of the single-device
-shape (this rank keeps its chunk), or a tensor of the local shape (as before).  A piece of
-another layout is an error: reshard it through DCP.  ``torch.save`` of a ``Piece`` saves its
-local tensor.
+layout, e.g. after ``dcp.load`` into ``model.state_dict()``, or ``torch.load`` of a file this
+rank saved), a tensor of the single-device shape (this rank keeps its chunk), or a tensor of
+the local shape (as before).  A piece of another place is an error: reshard it through DCP.
 
-The optimizer's state (AdamW's ``exp_avg``, ...) has the parameters' local shapes and no
-layout: :func:`get_state_dict` / :func:`set_state_dict` (the signatures of
-``torch.distributed.checkpoint.state_dict``'s) give its tensors the same pieces.  Importing
-this package makes PyTorch's own optimizer-state functions raise for tensor-parallel
-parameters instead of letting DCP keep rank 0's moments.
+The optimizer's state (AdamW's ``exp_avg``, ...) has the parameters' local shapes: a plain
+``opt.state_dict()`` hands out the same pieces (optim_state.py), and :func:`get_state_dict` /
+:func:`set_state_dict` (the signatures of ``torch.distributed.checkpoint.state_dict``'s) do
+too, keyed by parameter name.  PyTorch's own functions of that name are refused for
+tensor-parallel models (they would not find the layouts of FSDP2's parameters).
 """
 
 from __future__ import annotations
@@ -44,76 +43,12 @@ import functools
 import torch
 from torch import nn
 from torch.distributed.checkpoint import state_dict as _torch_sd
-from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex, TensorProperties
-from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType
 
 from .params import ParamLayout, _is_torch_dtensor, is_split, where
+from .piece import Piece
 
 __all__ = ["Piece", "get_state_dict", "set_state_dict", "get_model_state_dict", "set_model_state_dict",
            "get_optimizer_state_dict", "set_optimizer_state_dict"]
-
-
-class Piece(torch.Tensor):
-    """A state-dict entry: this rank's ``local`` tensor of a bigger one, at ``offsets``.
-
-    Its size is the whole tensor's (what DCP compares with the checkpoint); ``.local`` is the
-    data.  Ops other than ``detach`` / ``clone`` / ``to`` / ``copy_`` / ``empty_like`` are
-    refused: take ``.local``, or gather with ``tensorplay_edu.parallel.full_state_dict``.
-    """
-
-    @staticmethod
-    def __new__(cls, local: torch.Tensor, shape, offsets):
-        piece = torch.Tensor._make_wrapper_subclass(cls, torch.Size(shape), dtype=local.dtype, device=local.device)
-        piece.local, piece.offsets = local, tuple(offsets)
-        return piece
-
-    def __init__(self, local, shape, offsets):
-        super().__init__()
-
-    # ---- DCP's protocol: which chunk this rank holds, and its data ----------------------------
-    def __create_write_items__(self, fqn: str, obj) -> list[WriteItem]:
-        if self.local.numel() == 0:  # torch.chunk left this rank nothing (2 rows over 4 ranks)
-            return []
-        chunk = self.__create_chunk_list__()[0]
-        return [WriteItem(index=MetadataIndex(fqn, chunk.offsets), type=WriteItemType.SHARD,
-                          tensor_data=TensorWriteData(chunk=chunk, properties=TensorProperties.create_from_tensor(
-                              self.local), size=self.shape))]
-
-    def __create_chunk_list__(self) -> list[ChunkStorageMetadata]:
-        if self.local.numel() == 0:
-            return []
-        return [ChunkStorageMetadata(offsets=torch.Size(self.offsets), sizes=self.local.shape)]
-
-    def __get_tensor_shard__(self, index: MetadataIndex) -> torch.Tensor:
-        return self.local
-
-    # ---- as a tensor ---------------------------------------------------------------------------
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        aten = torch.ops.aten
-        if func in (aten.detach.default, aten.clone.default, aten._to_copy.default, aten.empty_like.default,
-                    aten.alias.default):
-            piece = args[0]
-            return Piece(func(piece.local, *args[1:], **kwargs), piece.shape, piece.offsets)
-        if func is aten.copy_.default and isinstance(args[0], Piece):
-            dst, src = args[0], args[1]
-            if isinstance(src, Piece) and (src.shape, src.offsets) != (dst.shape, dst.offsets):
-                raise ValueError(f"copy_ between pieces of different places ({src.offsets} and {dst.offsets})")
-            dst.local.copy_(src.local if isinstance(src, Piece) else src)
-            return dst
-        raise NotImplementedError(
-            f"{func} on a Piece (this rank's {list(args[0].local.shape) if isinstance(args[0], Piece) else ''} part "
-            "of a tensor-parallel state-dict entry): use .local for this rank's tensor, "
-            "tensorplay_edu.parallel.full_state_dict(model) for the whole one")
-
-    def __repr__(self):
-        return f"Piece(shape={list(self.shape)}, offsets={list(self.offsets)}, local={self.local!r})"
-
-    def __reduce_ex__(self, proto):
-        return self.local.__reduce_ex__(proto)  # torch.save: this rank's tensor, as a plain tensor
 
 
 # ---- state_dict() / load_state_dict() hooks of a parallelized module ----------------------------
@@ -127,10 +62,10 @@ def register_state_dict_hooks(module: nn.Module) -> None:
 def _pieces_out(module, state_dict, prefix, local_metadata) -> None:
     for name, layout in getattr(module, "_tp_layouts", {}).items():
         key, value = prefix + name, state_dict.get(prefix + name)
-        if value is None or isinstance(value, nn.Parameter) or not is_split(layout):
-            continue  # keep_vars=True hands out the live parameters; replicated ones are whole already
-        local, offsets = where(value, layout)
-        state_dict[key] = Piece(local, layout.shape, offsets)
+        if value is None or isinstance(value, Piece) or not is_split(layout):
+            continue  # replicated ones are whole already
+        local, offsets = where(value, layout)  # keep_vars=True: local is (a view of) the live parameter
+        state_dict[key] = Piece(local, layout.shape, offsets, param=value if isinstance(value, nn.Parameter) else None)
 
 
 def _pieces_in(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
@@ -149,8 +84,8 @@ def _as_local(value, layout: ParamLayout, param: torch.Tensor, key: str):
                 f"load_state_dict: '{key}' is the part at offsets {list(value.offsets)} (shape "
                 f"{list(value.local.shape)}) of a {list(value.shape)} tensor, but this rank holds the part at "
                 f"{list(offsets)} (shape {list(mine.shape)}) of {list(layout.shape)}: the state dict comes from "
-                "another layout. Save it with torch.distributed.checkpoint and dcp.load it into this model's "
-                "state_dict(): DCP reshards")
+                "another layout (or another rank). Save it with torch.distributed.checkpoint and dcp.load it into "
+                "this model's (or optimizer's) state_dict(): DCP reshards")
         local = value.local
     elif isinstance(value, torch.Tensor) and not _is_torch_dtensor(value) and value.shape == layout.shape \
             and value.shape != mine.shape:  # a single-device tensor: this rank's chunk of it
@@ -194,6 +129,8 @@ def _map_optimizer_state(model, optim_state_dict: dict, convert) -> dict:
 
 
 def _piece_of_state(value, layout, param, key):
+    if isinstance(value, Piece):  # opt.state_dict() made it one already (optim_state.py)
+        return value
     local, offsets = where(value, layout)
     return Piece(local, layout.shape, offsets)
 

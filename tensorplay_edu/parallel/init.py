@@ -32,7 +32,17 @@ Embedding (what ``init_weights`` of our Llama and   full-size stand-ins (the fan
 ``torch.nn.init.<fn>_(piece, ...)`` (torchtitan's   importing this package wraps the
 ``init_weights``)                                   ``torch.nn.init`` functions
 ``torch.nn.init.<fn>_(dtensor, ...)``               the DTensor's global shape
+``torch.nn.init.<fn>_(piece[5])``, ``piece[:, 2]``   the same indices of the whole parameter
+(HF's ``init.zeros_(weight[padding_idx])``)         (:func:`_indexed`): the owner writes them
 ==================================================  ========================================
+
+An indexed view of a piece is read as an index of the whole parameter, as the code that
+wrote it meant: ``weight[5]`` is global row 5 (on every rank the view is local row 5, so each
+rank zeroed its own row 5 before: rows 5 and 36 of a vocabulary split in two); a dimension
+the view takes whole (``weight[:, 2]`` of a row-split weight) is the whole dimension. Along
+the split dimension a view takes one index or all of it; a part of it (``weight[2:5]``)
+cannot be told from this rank's piece, and is refused. An index past this rank's local size
+fails in the indexing itself, before ``nn.init`` sees it.
 
 A meta DTensor (``distribute_tensor`` of a meta tensor) becomes real with
 ``torch.empty_like(dtensor, device="cpu")``.
@@ -141,6 +151,9 @@ def _wrap(fn):
                 tensor.to_local().copy_(_piece_of(full, tensor.device_mesh, tensor.placements))
             return tensor
         layout = _split_layout(tensor)
+        base = tensor._base if isinstance(tensor, torch.Tensor) and layout is None else None
+        if base is not None and not base.is_meta and not _is_torch_dtensor(base) and _split_layout(base):
+            return _indexed(fn, tensor, base, _split_layout(base), rest, kw)
         if layout is None or tensor.is_meta:
             return fn(*args, **kwargs)
         full = _full_like(tensor, layout)
@@ -150,6 +163,58 @@ def _wrap(fn):
 
     init.__tensorplay_guard__ = True
     return init
+
+
+def _whole_view(view: torch.Tensor, base: torch.Tensor, layout: ParamLayout) -> tuple[list, list, int]:
+    """(size, stride, storage offset) of ``view``'s indices in the contiguous whole parameter:
+    an index is global, a dimension this rank's piece gives whole is the whole dimension."""
+    size, stride = list(base.shape), base.stride()
+    start, rest = [0] * base.ndim, view.storage_offset() - base.storage_offset()
+    for d in sorted((d for d in range(base.ndim) if size[d] > 1), key=lambda d: -stride[d]):
+        start[d], rest = divmod(rest, stride[d])
+    if rest or any(start[d] >= size[d] for d in range(base.ndim)):
+        raise ValueError("cannot map it to the whole parameter (not a plain index or slice of the piece)")
+    split = {p.dim % base.ndim for d, p in enumerate(layout.placements) if p.is_shard() and layout.mesh.size(d) > 1}
+    whole = torch.empty(layout.shape, device="meta").stride()
+    out_size, out_stride, used = [], [], set()
+    for n, step in zip(view.shape, view.stride()):
+        if n <= 1:
+            out_size.append(n)
+            out_stride.append(1)
+            continue
+        dims = [d for d in range(base.ndim) if d not in used and size[d] > 1 and step and step % stride[d] == 0
+                and start[d] + (n - 1) * (step // stride[d]) < size[d]]
+        if not dims:
+            raise ValueError("cannot map it to the whole parameter (not a plain index or slice of the piece)")
+        d = max(dims, key=lambda d: stride[d])
+        used.add(d)
+        if d in split and not (start[d] == 0 and step == stride[d] and n == size[d]):
+            raise ValueError(f"it takes part of dimension {d}, which is split over ranks: the part cannot be told "
+                             "from this rank's piece")
+        out_size.append(layout.shape[d] if d in split else n)
+        out_stride.append(step // stride[d] * whole[d])
+    offset = sum(start[d] * whole[d] for d in range(base.ndim))  # a split dimension taken whole starts at 0
+    return out_size, out_stride, offset
+
+
+@torch.no_grad()
+def _indexed(fn, view: torch.Tensor, base: torch.Tensor, layout: ParamLayout, rest, kw) -> torch.Tensor:
+    """``fn`` on an indexed view of a piece: drawn on the same view of the whole parameter (the
+    generator moves as one process's), and each rank writes the elements that lie in its piece."""
+    try:
+        geometry = _whole_view(view, base, layout)
+    except ValueError as e:
+        raise ValueError(
+            f"torch.nn.init.{fn.__name__} on a view {list(view.shape)} of this rank's piece {list(base.shape)} of a "
+            f"tensor-parallel parameter {list(layout.shape)}: {e}. Index the whole parameter inside "
+            "tensorplay_edu.parallel.init.full_size(module), or index one row / column at a time") from None
+    full = _full_like(base, layout)
+    fn(full.as_strided(*geometry), *rest, **kw)
+    mark = torch.zeros(layout.shape, dtype=torch.bool, device=full.device)
+    mark.as_strided(*geometry).fill_(True)
+    mine = _piece_of(mark, layout.mesh, layout.placements)
+    base[mine] = _piece_of(full, layout.mesh, layout.placements)[mine]
+    return view
 
 
 def _empty_like(dt: DTensor, *args, **kwargs) -> DTensor:

@@ -15,6 +15,7 @@ layouts too (``module._tp_layouts``): wrappers that replace parameters (FSDP2's
 
 from __future__ import annotations
 
+import copy
 import types
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Placement, Replicate, Shard, chunk_offset
 from .grad_sync import follow_replaced
+from .piece import Piece
 
 __all__ = ["ParamLayout", "param_layout", "is_split", "tp_offsets", "where", "attach_layouts", "buffers_to_mesh",
            "as_dtensor", "distribute_param", "full_state_dict", "load_full_state_dict"]
@@ -83,6 +85,7 @@ def distribute_param(module: nn.Module, name: str, placement: Placement, mesh: D
         from .checkpoint import register_state_dict_hooks  # state_dict(): pieces that DCP can place
         register_state_dict_hooks(module)
         module._apply = types.MethodType(_apply_keeping_layouts, module)  # to_empty, .to(), .double()
+        module.__deepcopy__ = types.MethodType(_deepcopy_keeping_layouts, module)  # copy.deepcopy looks here
     module._tp_layouts[name] = ParamLayout(mesh, piece.placements, full.shape)
     attach_own_layouts(module)  # param.tp_layout
     return param
@@ -128,6 +131,18 @@ def _apply_keeping_layouts(self: nn.Module, fn, recurse: bool = True):
     return out
 
 
+def _deepcopy_keeping_layouts(self: nn.Module, memo: dict) -> nn.Module:
+    """``copy.deepcopy``: what it does for any module (``__setstate__`` of the copied ``__dict__``),
+    then the layouts on the copy's parameters (``nn.Parameter``'s deepcopy drops ``tp_layout``)."""
+    twin = type(self).__new__(type(self))
+    memo[id(self)] = twin
+    state = {k: v for k, v in self.__dict__.items() if k != "__deepcopy__"}
+    twin.__setstate__(copy.deepcopy(state, memo))
+    twin.__deepcopy__ = types.MethodType(_deepcopy_keeping_layouts, twin)
+    attach_own_layouts(twin)
+    return twin
+
+
 def _mark_grad(param: torch.Tensor) -> None:
     """A piece's gradient is a piece: the same layout, so that PyTorch's norm functions refuse it."""
     if param.grad is not None and getattr(param.grad, "tp_layout", None) is None:
@@ -149,7 +164,7 @@ def as_dtensor(param: torch.Tensor, local: torch.Tensor | None = None) -> DTenso
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The single-device state dict, on every rank (gathers the sharded parameters)."""
     out = {}
-    for name, value in attach_layouts(model).state_dict(keep_vars=True).items():
+    for name, value in _live_state(model).items():
         piece = _unwrap(value.detach())  # FSDP2: its all-gather over the data-parallel mesh first
         if param_layout(value) is None:
             out[name] = piece.clone()
@@ -164,7 +179,7 @@ def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> No
     Every key must be there, with the single-device shape and the model's dtype: the
     whole dict is checked before anything is copied, and an error names each bad key.
     """
-    own = attach_layouts(model).state_dict(keep_vars=True)
+    own = _live_state(model)
     missing, unexpected = set(own) - set(state), set(state) - set(own)
     if missing or unexpected:
         raise KeyError(f"load_full_state_dict: missing keys {sorted(missing)}, unexpected keys {sorted(unexpected)}")
@@ -191,6 +206,13 @@ def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> No
                 from torch.distributed.tensor import distribute_tensor as torch_distribute
                 piece = torch_distribute(piece, value.device_mesh, value.placements, src_data_rank=None)
             value.copy_(piece)
+
+
+def _live_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``state_dict(keep_vars=True)`` with the live parameters themselves (a split one's entry is a
+    Piece there, for DCP: ``.param`` is the parameter)."""
+    return {name: value.param if isinstance(value, Piece) and value.param is not None else value
+            for name, value in attach_layouts(model).state_dict(keep_vars=True).items()}
 
 
 def _is_torch_dtensor(value) -> bool:
