@@ -37,6 +37,7 @@ from .models import ModelArgs, Transformer, llama_loss, loss_context, paralleliz
 
 ARGS = ModelArgs(dim=64, n_layers=2, n_heads=8, vocab_size=256, max_seq_len=32)
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}
+BATCH, SEQ = 4, 32  # the fixed batch of tokens, [b, s]
 
 
 def train(plan: str, steps: int, dtype_name: str, dp: int = 1) -> dict:
@@ -52,9 +53,9 @@ def train(plan: str, steps: int, dtype_name: str, dp: int = 1) -> dict:
         runner = DistributedDataParallel(model, process_group=mesh.get_group("dp"))
         runner.register_comm_hook(mesh.get_group("dp"), ddp_comm_hook)
     g = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, ARGS.vocab_size, (4, 32), generator=g).to(device)  # [b, s]
+    tokens = torch.randint(0, ARGS.vocab_size, (BATCH, SEQ), generator=g).to(device)  # [b, s]
     labels = tokens.roll(-1, dims=1)  # next token
-    rows = slice(mesh.get_local_rank("dp") * 4 // dp, (mesh.get_local_rank("dp") + 1) * 4 // dp)  # [b/dp, s]
+    rows = slice(mesh.get_local_rank("dp") * BATCH // dp, (mesh.get_local_rank("dp") + 1) * BATCH // dp)  # [b/dp, s]
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     ref_opt = torch.optim.AdamW(reference.parameters(), lr=3e-3)
     losses, ref_losses, table = [], [], ""
@@ -125,19 +126,38 @@ def _torchrun_main(args) -> None:
         raise SystemExit(1)
 
 
+def _positive(text: str) -> int:
+    """argparse type: a whole number >= 1 (else a one-line usage error, exit code 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--world", type=int, default=4, help="number of ranks (default 4; torchrun sets its own)")
+    parser.add_argument("--world", type=_positive, default=4, help="number of ranks (default 4; torchrun sets its own)")
     parser.add_argument("--plan", choices=["full", "vanilla"], default="full")
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=_positive, default=30)
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float64")
-    parser.add_argument("--dp", type=int, default=1, help="data-parallel degree: DDP over dp groups of world/dp "
-                        "TP ranks (default 1: TP only)")
+    parser.add_argument("--dp", type=_positive, default=1, help="data-parallel degree: DDP over dp groups of "
+                        "world/dp TP ranks (default 1: TP only)")
     parser.add_argument("--transitions", action="store_true", help="check the transition table move by move instead")
     args = parser.parse_args(argv)
-    if args.dp < 1 or args.world % args.dp:
-        parser.error(f"--dp {args.dp} must divide --world {args.world}")
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
+    torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    world = int(os.environ["WORLD_SIZE"]) if torchrun else args.world
+    if world % args.dp:
+        parser.error(f"--dp {args.dp} must divide --world {world}")
+    if not args.transitions and ARGS.n_heads % (world // args.dp):
+        parser.error(f"--world {world} --dp {args.dp}: the TP degree world/dp = {world // args.dp} must divide "
+                     f"the model's {ARGS.n_heads} heads (each rank holds whole heads): e.g. --world 4 (--dp 2)")
+    if not args.transitions and BATCH % args.dp:
+        parser.error(f"--dp {args.dp} must divide the batch of {BATCH} sequences (each DDP replica trains on an "
+                     "equal share): e.g. --dp 2")
+    if torchrun:
         run_from_env(_torchrun_main, args)
     results = launch(_rank, args.world, args)
     return 0 if _report(results[0], args.world, args) else 1

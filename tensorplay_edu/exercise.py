@@ -18,7 +18,9 @@ in ``check(...)`` shows the printed verdict and nothing more).
 
 from __future__ import annotations
 
+import cmath
 import math
+import numbers
 
 import torch
 
@@ -37,22 +39,66 @@ def untried(answer) -> bool:
 
 
 def _off(a, e, where: str) -> str:
-    """How a wrong number is off, without giving the right one away."""
+    """How a wrong number is off, without giving the right one away ("too high" only where that means
+    something: not for bools, nan or complex numbers)."""
+    if any(_is_bool(x) or isinstance(x, complex) or math.isnan(x) for x in (a, e)):
+        return f"{where}{a!r} is not right"
     return f"{where}{a!r} is too {'high' if a > e else 'low'}"
+
+
+def _is_bool(x) -> bool:
+    """True / False, also numpy's (a comparison of numpy numbers gives one)."""
+    return isinstance(x, bool) or (type(x).__module__ == "numpy" and type(x).__name__ in ("bool", "bool_"))
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, numbers.Number) and not _is_bool(x)
+
+
+def _scalar(answer, expected, rtol: float, atol: float, where: str) -> str | None:
+    """Two plain values: a bool only equals a bool; integers compare exactly; a float or complex on
+    either side within ``rtol`` (relative) / ``atol``; nan equals only nan; anything else with ``==``."""
+    if _is_bool(answer) and _is_bool(expected):
+        return None if bool(answer) == bool(expected) else f"{where}{answer!r} is not right"
+    if _is_bool(expected):
+        kind = "number" if _is_number(answer) else type(answer).__name__
+        return f"{where}{answer!r} is a {kind} where True or False is asked for"
+    if _is_bool(answer):
+        return f"{where}{answer!r} is a bool where {'a number' if _is_number(expected) else 'no bool'} is asked for"
+    if not (_is_number(answer) and _is_number(expected)):
+        return None if answer == expected else f"{where}{answer!r} is not right"
+    if isinstance(answer, numbers.Integral) and isinstance(expected, numbers.Integral):
+        return None if answer == expected else _off(int(answer), int(expected), where)
+    if not (isinstance(answer, numbers.Real) and isinstance(expected, numbers.Real)):  # a complex number
+        a, e = complex(answer), complex(expected)
+        return None if cmath.isclose(a, e, rel_tol=rtol, abs_tol=atol) else _off(a, e, where)
+    a, e = float(answer), float(expected)
+    if math.isnan(a) or math.isnan(e):
+        return None if math.isnan(a) and math.isnan(e) else _off(a, e, where)
+    return None if math.isclose(a, e, rel_tol=rtol, abs_tol=atol) else _off(a, e, where)
+
+
+def _tensors(answer, expected, rtol: float, atol: float, where: str) -> str | None:
+    a, e = torch.as_tensor(answer), torch.as_tensor(expected)
+    if a.shape != e.shape:
+        return f"{where}shape {list(a.shape)} is not the shape it has"
+    if (a.dtype == torch.bool) != (e.dtype == torch.bool):
+        return f"{where}a {a.dtype} tensor where a {e.dtype} one is asked for"
+    if not any(x.is_floating_point() or x.is_complex() for x in (a, e)):
+        rtol, atol = 0.0, 0.0  # integers (and bools) compare exactly
+    like = torch.complex128 if a.is_complex() or e.is_complex() else torch.float64
+    wrong = ~torch.isclose(a.to(like), e.to(like), rtol=rtol, atol=atol, equal_nan=True)
+    if not wrong.any():
+        return None
+    i = tuple(int(k) for k in wrong.nonzero()[0])  # the first wrong place
+    return _off(a[i].item(), e[i].item(), f"{where}at {list(i)}: ")
 
 
 def _differs(answer, expected, rtol: float, atol: float, where: str) -> str | None:
     """Where ``answer`` differs from ``expected`` (the first place, and how), or None. It never
     prints the expected value: a wrong guess must not hand the learner the solution."""
     if isinstance(expected, torch.Tensor) or isinstance(answer, torch.Tensor):
-        a, e = torch.as_tensor(answer), torch.as_tensor(expected)
-        if a.shape != e.shape:
-            return f"{where}shape {list(a.shape)} is not the shape it has"
-        if not torch.allclose(a.double(), e.double(), rtol=rtol, atol=atol, equal_nan=True):
-            bad = (a.double() - e.double()).abs().argmax()
-            i = tuple(int(k) for k in torch.unravel_index(bad, e.shape)) if e.dim() else ()
-            return _off(a[i].item(), e[i].item(), f"{where}at {list(i)}: ")
-        return None
+        return _tensors(answer, expected, rtol, atol, where)
     if isinstance(expected, dict):
         if not isinstance(answer, dict):
             return f"{where}a {type(answer).__name__} where a dict is asked for"
@@ -75,22 +121,19 @@ def _differs(answer, expected, rtol: float, atol: float, where: str) -> str | No
             if why:
                 return why
         return None
-    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (answer, expected))
-    if numbers and isinstance(expected, float):
-        return None if math.isclose(answer, expected, rel_tol=rtol, abs_tol=atol) else _off(answer, expected, where)
-    if answer == expected:
-        return None
-    return _off(answer, expected, where) if numbers else f"{where}{answer!r} is not right"
+    return _scalar(answer, expected, rtol, atol, where)
 
 
 def check(answer, expected, *, name: str = "your answer", rtol: float = 1e-6, atol: float = 0.0,
           hint: str | None = None) -> bool | None:
     """Compare a learner's ``answer`` with ``expected``, print the verdict; ``True`` when right, else ``None``.
 
-    ``...`` anywhere in ``answer`` prints "not tried yet". Numbers compare with ``rtol`` / ``atol``
-    (floats and tensors), dicts key by key, lists item by item; the first difference is printed
-    with where it is and how (too high, too low, not right) but never the expected value, then
-    ``hint``. Never raises for a missing or wrong answer.
+    ``...`` anywhere in ``answer`` prints "not tried yet". Integers compare exactly; floats, complex
+    numbers and float tensors within ``rtol`` (relative) or ``atol`` (absolute, 0 by default); nan
+    equals nan; a bool only a bool (``True`` is not ``1``: a number where True or False is asked for,
+    or the other way round, is wrong, and says so); dicts key by key, lists item by item. The first
+    difference is printed with where it is and how (too high, too low, not right) but never the
+    expected value, then ``hint``. Never raises for a missing or wrong answer.
     """
     if untried(answer):
         print(f"{name}: not tried yet (replace each ... with your prediction, then run this cell again)")

@@ -9,6 +9,7 @@ module turns what it read into one error:
   and the error carries a hint (and, for a wrong size, the usual cause: ``from_local`` of
   uneven pieces without ``shape=``);
 * the rank that failed first is named, not one that only lost its connection to it;
+* :func:`_check_arguments` refuses bad arguments at the call, before any rank starts;
 * :class:`_IdleWatch` tells ranks that all wait outside any collective (no CPU used for a
   while: a sleep, a lock) from ranks that compute, which are never cut short.
 """
@@ -41,6 +42,24 @@ _FROM_LOCAL = (". A frequent cause: DTensor.from_local of uneven pieces without 
                "global shape from its own piece): pass shape= to DTensor.from_local, or run_check=True")
 
 
+def _check_arguments(fn, world_size, timeout, threads, backend) -> None:
+    """``launch``'s arguments, checked in the caller: a wrong one names itself and the fix."""
+    if not callable(fn):
+        raise TypeError(f"launch: fn must be a function to run on every rank, got {fn!r}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int):  # True would run one rank
+        raise TypeError(f"launch: world_size must be an int (the number of ranks), got {world_size!r}, a "
+                        f"{type(world_size).__name__}: pass e.g. launch(fn, 2)")
+    if world_size < 1:
+        raise ValueError(f"launch: world_size must be a positive int (the number of ranks), got {world_size!r}: "
+                         "pass 1 or more")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"launch: timeout must be a positive number of seconds, got {timeout!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"launch: threads must be a positive int, got {threads!r}")
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"launch: backend must be 'gloo' or 'nccl', got {backend!r}")
+
+
 def _kind(text: str):
     """Which of ``_KINDS`` gloo's words in ``text`` say, or None."""
     return next((k for k, (signs, _) in _KINDS.items() if any(s in text.lower() for s in signs)), None)
@@ -52,10 +71,12 @@ _IDLE_EXTRA = 3.0  # a stuck collective fails in its rank after `timeout`: let t
 
 class _IdleWatch:
     """Have all the given ranks used (almost) no CPU for ``window`` seconds?  Read from
-    ``/proc/<pid>/stat`` (user + system time); where there is no ``/proc``, never."""
+    ``/proc/<pid>/stat`` (user + system time); where there is no ``/proc``, never.  ``clock`` and
+    ``cpu`` (pid -> CPU seconds, or None) replace the real ones in tests."""
 
-    def __init__(self, procs, window: float):
+    def __init__(self, procs, window: float, clock=time.monotonic, cpu=None):
         self.procs, self.window, self.seen = procs, window, {}  # rank -> [(time, cpu seconds)]
+        self.clock, self.cpu = clock, cpu or self._cpu
         self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
     def _cpu(self, pid: int) -> float | None:
@@ -67,9 +88,9 @@ class _IdleWatch:
             return None
 
     def all_idle(self, ranks) -> bool:
-        now, idle = time.monotonic(), True
+        now, idle = self.clock(), True
         for r in ranks:
-            cpu = self._cpu(self.procs[r].pid)
+            cpu = self.cpu(self.procs[r].pid)
             if cpu is None:
                 return False
             history = self.seen.setdefault(r, [])

@@ -77,7 +77,8 @@ import torch
 import torch.distributed as dist
 
 from . import nccl_rules
-from .launch_faults import _GRACE, _IDLE_EXTRA, RankError, _IdleWatch, _kind, _rank_error, _read
+from .launch_faults import (_GRACE, _IDLE_EXTRA, RankError, _check_arguments, _IdleWatch, _kind, _rank_error,
+                            _read)
 from .torchrun import current_device, finish, init_from_env, run_from_env  # noqa: F401  (re-exported)
 
 __all__ = ["launch", "RankError", "run_from_env", "init_from_env", "current_device"]
@@ -249,16 +250,7 @@ def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float
         RankError: a rank raised (its traceback is in the message) or died.
         TimeoutError: ranks still running ``timeout`` seconds after another finished.
     """
-    if not callable(fn):
-        raise TypeError(f"launch: fn must be a function to run on every rank, got {fn!r}")
-    if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"launch: world_size must be a positive int, got {world_size!r}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"launch: timeout must be a positive number of seconds, got {timeout!r}")
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"launch: threads must be a positive int, got {threads!r}")
-    if backend not in ("gloo", "nccl"):
-        raise ValueError(f"launch: backend must be 'gloo' or 'nccl', got {backend!r}")
+    _check_arguments(fn, world_size, timeout, threads, backend)
     if backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < world_size):
         found = torch.cuda.device_count() if torch.cuda.is_available() else 0
         raise RuntimeError(f"launch(backend='nccl') needs {world_size} CUDA devices, found {found}: "

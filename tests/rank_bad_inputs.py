@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tensorplay_edu import DTensor, Partial, Replicate, Shard, distribute_tensor, init_device_mesh
-from tensorplay_edu.models import ModelArgs, Transformer, parallelize_llama
+from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, parallelize_llama
 from tensorplay_edu.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput, RowwiseParallel,
                                      SequenceParallel, full_state_dict, load_full_state_dict, loss_parallel,
                                      param_layout, parallelize_module)
@@ -86,10 +86,13 @@ def _in_loss_parallel(fn):
     return run
 
 
-def _tied(plan):
-    """A GPT-2 style tie between the embedding and the output layer, parallelized by ``plan``."""
+def _tied(plan, forward: bool = False):
+    """A GPT-2 style tie between the embedding and the output layer, parallelized by ``plan``
+    (``forward``: then called, where a tie that a plan left in part is checked)."""
     model = Transformer(ARGS)
     model.output.weight = model.tok_embeddings.weight
+    if forward:
+        return lambda: parallelize_module(model, _mesh(), plan)(torch.zeros(1, 4, dtype=torch.long))
     return lambda: parallelize_module(model, _mesh(), plan)
 
 
@@ -150,9 +153,9 @@ CASES = {
     "a tie the plan would cut two ways": (
         lambda: _tied({"tok_embeddings": ColwiseParallel(), "output": ColwiseParallel()}), ValueError,
         ["'tok_embeddings.weight'", "'output.weight'", "Shard(dim=1)", "Shard(dim=0)", "RowwiseParallel"]),
-    "a tie with one use left out of the plan": (
-        lambda: _tied({"output": ColwiseParallel()}), ValueError,
-        ["'tok_embeddings.weight' left whole", "'output.weight'", "untie"]),
+    "a tie with one use left out of the plan, not tied again by the first forward": (
+        lambda: _tied({"output": ColwiseParallel()}, forward=True), ValueError,
+        ["'tok_embeddings.weight' left whole", "'output.weight'", "untie", "output.weight = tok_embeddings.weight"]),
     "load_state_dict of another layout's piece": (
         _foreign_piece, ValueError, ["'layers.0.attention.wq.weight'", "another layout", "torch.distributed.checkpoint"]),
     "torch's get_optimizer_state_dict on a TP model": (
@@ -271,6 +274,16 @@ CASES = {
     "heads not divisible by the TP degree": (
         lambda: lambda: parallelize_llama(Transformer(ModelArgs(dim=15, n_heads=5, vocab_size=20)), _mesh()),
         ValueError, ["n_heads=5", "TP degree"]),
+    "1-D tokens, one device": (
+        lambda: lambda: Transformer(ARGS)(torch.tensor([1, 2, 3])), ValueError,
+        ["tokens", "[batch, seq]", "shape [3]", "tokens[None]"]),
+    "1-D tokens (vanilla plan)": (
+        lambda: lambda: _llama("vanilla")(torch.tensor([1, 2, 3])), ValueError, ["[batch, seq]", "shape [3]"]),
+    "1-D tokens (full plan)": (
+        lambda: lambda: _llama("full")(torch.zeros(4, dtype=torch.long)), ValueError, ["[batch, seq]", "shape [4]"]),
+    "llama_loss of one sequence": (
+        lambda: lambda: llama_loss(torch.randn(3, 20), torch.tensor([1, 2, 3])), ValueError,
+        ["llama_loss", "[batch, seq, vocab]", "logits [3, 20]", "labels [3]"]),
     "sequence length not divisible (full plan)": (
         lambda: lambda: _llama("full")(torch.zeros(1, 2 * dist.get_world_size() + 1, dtype=torch.long)),
         ValueError, ["sequence length", "length 5 "]),  # 2 ranks

@@ -113,9 +113,15 @@ def planted_bugs() -> dict:
     def other_layout(r):  # rank 1 passes the same 32 elements as [8, 4]: NCCL would run it (counts agree)
         C.all_reduce(torch.ones(8, 4) if r == 1 else x, SUM, None)
 
+    def other_dtype(r):  # rank 1 sums int32, the others float32: the same shape and bytes, other data
+        C.all_reduce(x.int() if r == 1 else x, SUM, None)
+
+    def other_dtype_gather(r):  # rank 3 gathers float64: twice the bytes
+        C.all_gather(x.double() if r == 3 else x, 0, [4] * 4, None)
+
     bugs = {"other_op": other_op, "other_size": other_size, "uneven_chunks": uneven_chunks, "bool_sum": bool_sum,
             "bad_dtype": bad_dtype, "ring": ring, "other_source": other_source, "other_split": other_split,
-            "other_layout": other_layout}
+            "other_layout": other_layout, "other_dtype": other_dtype, "other_dtype_gather": other_dtype_gather}
     return {name: _caught(fn) for name, fn in bugs.items()}
 
 

@@ -46,6 +46,9 @@ LAUNCH_CASES = {
     "launch(timeout=-1)": (lambda: launch(print, 2, timeout=-1), ValueError, ["timeout", "positive", "-1"]),
     "launch(timeout='60')": (lambda: launch(print, 2, timeout="60"), ValueError, ["timeout", "'60'"]),
     "launch(threads=0)": (lambda: launch(print, 2, threads=0), ValueError, ["threads", "positive int"]),
+    "launch(f, True)": (lambda: launch(print, True), TypeError, ["world_size", "True", "bool", "launch(fn, 2)"]),
+    "launch(f, 2.0)": (lambda: launch(print, 2.0), TypeError, ["world_size", "2.0", "float", "an int"]),
+    "launch(f, 0)": (lambda: launch(print, 0), ValueError, ["world_size", "positive int", "got 0", "1 or more"]),
 }
 
 

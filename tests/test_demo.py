@@ -23,3 +23,32 @@ def test_demo_rejects_a_dp_that_does_not_divide_the_world():
     run = subprocess.run([sys.executable, "-m", "tensorplay_edu.demo", "--world", "3", "--dp", "2"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "--dp 2 must divide --world 3" in run.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "0"], "argument --steps: must be a positive integer, got '0'"),
+    (["--steps", "-3"], "argument --steps: must be a positive integer, got '-3'"),
+    (["--world", "0"], "argument --world: must be a positive integer, got '0'"),
+    (["--world", "two"], "argument --world: must be a positive integer, got 'two'"),
+    (["--dp", "0"], "argument --dp: must be a positive integer, got '0'"),
+    (["--world", "3"], "the TP degree world/dp = 3 must divide the model's 8 heads"),
+    (["--world", "8", "--dp", "8"], "--dp 8 must divide the batch of 4 sequences"),
+])
+def test_bad_arguments_are_one_line_usage_errors(argv, message, capsys, monkeypatch):
+    """Checked by argparse before any rank starts: exit code 2, the message, no traceback."""
+    from tensorplay_edu import demo
+
+    for key in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(demo, "launch", lambda *a, **k: pytest.fail("a bad argument reached launch"))
+    with pytest.raises(SystemExit) as done:
+        demo.main(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and message in err and "Traceback" not in err, err
+
+
+def test_steps_zero_from_the_command_line():
+    run = subprocess.run([sys.executable, "-m", "tensorplay_edu.demo", "--steps", "0"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.splitlines()[-1].endswith("error: argument --steps: must be a positive integer, got '0'")

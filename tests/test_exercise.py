@@ -49,3 +49,49 @@ def test_check_against_one_process_names_the_rank_and_the_place():
             assert where in str(e), str(e)
         else:
             raise AssertionError("a difference went unnoticed")
+
+
+def test_bools_are_not_numbers(capsys):
+    """True == 1 in Python, but a prediction of True where a count is asked for (or 1 where True or
+    False is) is a wrong answer, and the verdict says why."""
+    import numpy as np
+    assert check({"pays": np.float64(0.7) >= 1}, {"pays": False})  # numpy's bool is a bool
+    for answer, expected, why in ((True, 1, "True is a bool where a number is asked for"),
+                                  (1, True, "1 is a number where True or False is asked for"),
+                                  (0.0, False, "0.0 is a number where True or False is asked for"),
+                                  ("True", True, "'True' is a str where True or False is asked for"),
+                                  ([True, 2], [1, 2], "[0] True is a bool where a number")):
+        assert check(answer, expected) is None
+        assert why in capsys.readouterr().out
+
+
+def test_integers_compare_exactly_and_floats_relatively(capsys):
+    """The documented tolerances: rtol (relative) for floats, none for integers. Each case fails
+    under the other reading (an absolute tolerance for floats, rtol for integers)."""
+    assert check(1e6 + 0.5, 1e6)  # 5e-7 relative: right, though 0.5 apart
+    assert check(2.0, 2) and check(2, 2.0 + 1e-9)  # a float on either side: rtol
+    for answer, expected, kwargs, why in ((1e-9, 2e-9, {}, "1e-09 is too low"),  # 1e-9 apart, 50% off
+                                          (1000001, 1000000, {"rtol": 1e-3}, "1000001 is too high"),
+                                          (torch.tensor([7, 1000001]), torch.tensor([7, 1000000]), {"rtol": 1e-3},
+                                           "at [1]: 1000001 is too high")):
+        assert check(answer, expected, **kwargs) is None
+        assert why in capsys.readouterr().out
+    assert check(1.0005, 1.0, rtol=1e-3) and check(torch.tensor([1.0005]), torch.tensor([1.0]), rtol=1e-3)
+
+
+def test_complex_and_nan(capsys):
+    nan = float("nan")
+    assert check(1 + 2j, 1 + 2j) and check(nan, nan) and check(torch.tensor([nan, 1.0]), torch.tensor([nan, 1.0]))
+    for answer, expected, why in ((1 + 3j, 1 + 2j, "(1+3j) is not right"),  # the imaginary part counts
+                                  (nan, 0.5, "nan is not right"), (0.5, nan, "0.5 is not right"),
+                                  (torch.tensor([1 + 3j]), torch.tensor([1 + 2j]), "at [0]: (1+3j) is not right"),
+                                  (torch.tensor([1.0, nan]), torch.tensor([1.0, 2.0]), "at [1]: nan is not right")):
+        assert check(answer, expected) is None
+        out = capsys.readouterr().out
+        assert why in out and "too" not in out, out
+
+
+def test_tensor_verdict_names_the_first_wrong_place(capsys):
+    """Not the place of the largest difference: there [1] is within rtol, [0] is not."""
+    assert check(torch.tensor([1.0, 1e6 + 0.5]), torch.tensor([1.1, 1e6])) is None
+    assert "at [0]: 1.0 is too low" in capsys.readouterr().out

@@ -221,7 +221,7 @@ def test_heads_that_do_not_divide_are_an_error():
         def size(self):
             return 4
 
-    with pytest.raises(ValueError, match="num_key_value_heads = 6 does not divide by the mesh size 4"):
+    with pytest.raises(ValueError, match=r"num_key_value_heads = 6 does not divide by the TP degree 4 \(the mesh"):
         plan_from_hf(model, mesh=Mesh())
 
 

@@ -2,12 +2,14 @@
 
 The server is started as `make lab` starts it (`-o setup` skips the venv step), with a free
 port, a token and no browser, in its own session. The test talks to it through the REST
-API only (urllib): the notebooks are listed, a kernel is started and answers on its
-heartbeat port, then /api/shutdown stops everything. Every process seen under `make` (the
+API only (urllib; the first request retried until the server accepts connections, which on a
+loaded machine may come after it prints its URL): the notebooks are listed, a kernel is started
+and answers on its heartbeat port, then /api/shutdown stops everything. Every process seen under `make` (the
 server, the kernel) must be gone or a zombie afterwards. Every wait is bounded; the
 `finally` kills whatever is left, by process group and by pid.
 """
 
+import http.client
 import json
 import os
 import secrets
@@ -15,6 +17,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -75,6 +78,33 @@ def _wait(ready, seconds, what, context):
     pytest.fail(f"timed out after {seconds} s waiting for {what}\n{context()}")
 
 
+def _answered(call, seconds, what, context):
+    """``call()``'s result, retried while the server refuses or drops the connection: a server that has
+    printed its URL may not accept connections yet on a loaded machine. A deadline, not a timing check."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return call()
+        except (ConnectionError, urllib.error.URLError) as err:  # (RemoteDisconnected is a ConnectionError)
+            if isinstance(err, urllib.error.HTTPError):  # the server answered: an answer, not a refusal
+                raise
+            if time.monotonic() >= deadline:
+                pytest.fail(f"no answer from {what} within {seconds} s ({err})\n{context()}")
+            time.sleep(0.2)
+
+
+def test_answered_retries_a_refused_connection_until_it_answers():
+    refusals = [urllib.error.URLError(ConnectionRefusedError(111, "Connection refused")),
+                ConnectionResetError(104, "Connection reset by peer"), http.client.RemoteDisconnected("closed")]
+
+    def call():
+        if refusals:
+            raise refusals.pop(0)
+        return 200, {"content": []}
+
+    assert _answered(call, 60, "the test server", str) == (200, {"content": []}) and not refusals
+
+
 def _can_connect(ip, port):
     try:
         socket.create_connection((ip, port), timeout=1).close()
@@ -95,7 +125,7 @@ def test_make_lab_lists_notebooks_runs_a_kernel_and_cleans_up(tmp_path):
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(base + path, data=data, method=method,
                                      headers={"Authorization": f"token {token}"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=60) as resp:
             return resp.status, json.loads(resp.read() or b"null")
 
     def context():
@@ -113,9 +143,9 @@ def test_make_lab_lists_notebooks_runs_a_kernel_and_cleans_up(tmp_path):
             out = log_path.read_text()
             assert make.poll() is None, f"make lab stopped before serving\n{context()}"
             return "is running at" in out and f"127.0.0.1:{port}/lab" in out
-        _wait(started, 40, "the server's 'is running at ... 127.0.0.1:PORT/lab' line", context)
+        _wait(started, 120, "the server's 'is running at ... 127.0.0.1:PORT/lab' line", context)
 
-        status, listing = api("/api/contents/")
+        status, listing = _answered(lambda: api("/api/contents/"), 60, "GET /api/contents/", context)
         assert status == 200, f"GET /api/contents/ answered {status}: {listing}"
         shown = {item["name"] for item in listing["content"] if item["type"] == "notebook"}
         expected = {p.name for p in (ROOT / "notebooks").glob("*.ipynb")}

@@ -66,6 +66,10 @@ def test_each_planted_bug_is_reported_on_every_rank():
     assert "rank 1 issued all_reduce [8, 4] float32 sum" in bugs["other_layout"]
     assert "the same op, dtype and element count: NCCL compares counts only and would run it" in bugs["other_layout"]
     assert "element count" not in bugs["other_size"]
+    assert "rank 1 issued all_reduce [4, 8] int32 sum" in bugs["other_dtype"]  # the dtype is in the fingerprint
+    assert "ranks 0, 2, 3 issued all_reduce [4, 8] float32 sum" in bugs["other_dtype"]
+    assert "rank 3 issued all_gather [4, 8] float64 chunks [4, 4, 4, 4]" in bugs["other_dtype_gather"]
+    assert "element count" not in bugs["other_dtype"]  # not only the shapes differ
 
 
 def test_old_fingerprints_leave_the_store():

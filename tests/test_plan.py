@@ -61,6 +61,18 @@ def test_plan_bad_inputs():
         plan("llama3-8b", 8, reserve=1.5)
 
 
+def test_sp_needs_a_tp_degree_that_divides_the_sequence():
+    """seq 8190 = 2 x 4095 splits into equal pieces over 2 GPUs, not over 4 or 8: SP is refused there
+    (though 8190 > t), while TP without SP runs at every degree."""
+    feasible, refused = plan("llama3-8b", 8, "h100", seq=8190, batch=1)
+    with_sp = {r["setup"].tp for r in feasible if r["setup"].sp}
+    assert with_sp == {2}, with_sp
+    assert {r["setup"].tp for r in feasible if not r["setup"].sp} == {1, 2, 4, 8}
+    reasons = {r["reason"] for r in refused if r["over"] == 0}
+    assert reasons == {f"tp={t}: SP cannot split seq=8190 into {t} equal pieces" for t in (4, 8)}, reasons
+    assert all(r["setup"].sp for r in refused if r["over"] == 0)
+
+
 def test_cli_prints_best_first_and_refusals():
     out = _cli("--model", "llama3-70b", "--gpus", "64", "--gpu", "h100", "--seq", "8192", "--top", "5")
     assert out.returncode == 0, out.stderr

@@ -147,6 +147,7 @@ class Transformer(nn.Module):
                 module.reset_parameters()
 
     def forward(self, tokens: torch.Tensor):
+        _check_tokens(tokens)
         h = self.tok_embeddings(tokens)  # [b, s, dim] (full plan: [b, s/t, dim])
         rope = (self.rope_cos, self.rope_sin)
         for layer in self.layers.values():
@@ -157,6 +158,10 @@ class Transformer(nn.Module):
 def llama_loss(logits, labels: torch.Tensor) -> torch.Tensor:
     """torchtitan's loss: cross-entropy over all tokens, in float32 for half-precision
     logits (float64 stays float64); works on a vocab-sharded DTensor under ``loss_parallel()``."""
+    if logits.dim() != 3 or labels.dim() != 2:
+        raise ValueError(f"llama_loss: logits must be [batch, seq, vocab] and labels [batch, seq], got logits "
+                         f"{list(logits.shape)} and labels {list(labels.shape)}: give the model [batch, seq] tokens "
+                         "(one sequence: tokens[None]) and the labels in the same shape")
     logits = logits.flatten(0, 1)  # [b*s, vocab]
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
@@ -213,7 +218,16 @@ def parallelize_llama(model: Transformer, mesh: DeviceMesh, plan: str = "full", 
     return model
 
 
+def _check_tokens(tokens) -> None:
+    """The model reads a batch of sequences: token ids [batch, seq]."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+        got = f"shape {list(tokens.shape)}" if isinstance(tokens, torch.Tensor) else f"a {type(tokens).__name__}"
+        raise ValueError(f"Transformer: tokens must be token ids of shape [batch, seq], got {got}: for one "
+                         "sequence add the batch dimension, tokens[None] (tokens.unsqueeze(0))")
+
+
 def _check_sequence(tokens: torch.Tensor, t: int) -> None:
+    _check_tokens(tokens)  # (this hook runs before forward)
     if tokens.shape[1] % t:
         raise ValueError(f"the full (sequence-parallel) plan splits the sequence over {t} ranks, but the sequence "
                          f"length {tokens.shape[1]} does not divide by {t}: pad or trim it to a multiple of {t}")

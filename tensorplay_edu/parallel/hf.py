@@ -39,7 +39,8 @@ the hidden states inside its own forward.
 Attention with this rank's heads works as is: HF's attention views ``q_proj``'s output as
 ``(*input_shape, -1, head_dim)`` (the head count comes from the local width) and repeats the
 K/V heads ``num_attention_heads // num_key_value_heads`` times, a ratio that each rank keeps
-(H/t over K/t). :func:`plan_from_hf` checks that both head counts divide by the mesh size.
+(H/t over K/t). :func:`plan_from_hf` checks that both head counts divide by the mesh size: with
+``mesh=`` at once, else each style of its plan when ``parallelize_module`` applies it.
 
 Initialising on the meta device (build under ``torch.device("meta")``, parallelize, ``to_empty``,
 ``model.init_weights()`` under a seed) gives the single-device model, as for our own Llama
@@ -137,9 +138,25 @@ def _check_heads(model: nn.Module, world: int) -> None:
     heads = getattr(config, "num_attention_heads", None)
     kv = getattr(config, "num_key_value_heads", None) or heads
     for what, n in (("num_attention_heads", heads), ("num_key_value_heads", kv)):
-        if n is not None and n % world:
-            raise ValueError(f"{type(model).__name__}: config.{what} = {n} does not divide by the mesh size {world}: "
-                             "each rank must hold whole heads (q_proj/k_proj/v_proj are split by heads)")
+        if isinstance(n, int) and n % world:
+            fits = [t for t in range(1, n + 1) if n % t == 0]
+            raise ValueError(f"{type(model).__name__}: config.{what} = {n} does not divide by the TP degree {world} "
+                             "(the mesh size): each rank must hold whole heads (q_proj/k_proj/v_proj are split by "
+                             f"heads). Use a TP mesh whose size divides {n} ({', '.join(map(str, fits))}), or a model "
+                             f"whose head counts divide by {world}")
+
+
+def _checking_heads(style: ParallelStyle, model: nn.Module) -> ParallelStyle:
+    """``style``, which first checks the model's head counts against the mesh it is applied with: a plan
+    made without ``mesh=`` fails in ``parallelize_module``, before its first style shards anything."""
+    apply = style._apply
+
+    def checked(module, device_mesh):
+        _check_heads(model, device_mesh.size())
+        return apply(module, device_mesh)
+
+    style._apply = checked
+    return style
 
 
 def plan_from_hf(model: nn.Module, *, mesh: DeviceMesh | None = None, loss_parallel: bool = False,
@@ -148,7 +165,8 @@ def plan_from_hf(model: nn.Module, *, mesh: DeviceMesh | None = None, loss_paral
 
     Args:
         model: a transformers model (``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``MistralForCausalLM``, ...).
-        mesh: optional; when given, the head counts are checked against its size.
+        mesh: optional; when given, the head counts are checked against its size here, else when
+            ``parallelize_module`` applies the plan (before it shards anything).
         loss_parallel: the output embeddings (``lm_head``) give their logits as a vocabulary-sharded
             ``Shard(-1)`` DTensor (not gathered) for ``tensorplay_edu.parallel.loss_parallel()``.
         sequence_parallel: refused with :data:`SP_REASON`.
@@ -186,6 +204,7 @@ def plan_from_hf(model: nn.Module, *, mesh: DeviceMesh | None = None, loss_paral
                 plan[name] = ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
             else:
                 plan[name] = make()
+            _checking_heads(plan[name], model)
     if loss_parallel and output_name not in plan:
         raise ValueError(f"loss_parallel=True: HF's plan for {type(model).__name__} does not split its output "
                          f"layer '{output_name}'; the logits would not be vocabulary-sharded")
