@@ -15,16 +15,11 @@ import pytest
 import torch
 
 import rank_global_views as rv
+from test_dcp import _clean
 from tensorplay_edu import launch
 from tensorplay_edu.parallel.piece import Piece
 
 TIMEOUT = 120  # seconds: a collective's wait, and how long ranks may outlive another (2 shared cores)
-
-
-def _clean(results, at_least):
-    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
-    assert not fails, "\n".join(fails[:30])
-    assert min(n for _, n in results) >= at_least, [n for _, n in results]
 
 
 @pytest.mark.parametrize("plan", ["vanilla", "full"])

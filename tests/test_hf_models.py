@@ -20,7 +20,7 @@ import torch.distributed as dist
 from tensorplay_edu import DTensor, init_device_mesh, launch
 from tensorplay_edu.parallel import loss_parallel, parallelize_module
 from tensorplay_edu.parallel.hf import plan_from_hf
-from test_hf_training import TIMEOUT, Checks, _clean, adamw, next_token_loss, whole
+from test_hf_training import TIMEOUT, Checks, _clean, adamw, compare_grads_and_step, next_token_loss
 
 ARCHS = ("Gemma", "Gemma2", "Granite", "Cohere")
 VOCAB = 61  # uneven over 2 and 3 ranks
@@ -56,12 +56,7 @@ def train(arch: str, lp: bool, steps: int = 2) -> tuple[list[str], int]:
         check.close(f"step {s} loss", loss.detach(), ref_loss.detach())
         loss.backward()
         ref_loss.backward()
-        ref_params = dict(ref.named_parameters())
-        for name, p in model.named_parameters():
-            check.close(f"step {s} grad {name}", whole(p, p.grad), ref_params[name].grad)
-        for o in (opt, ref_opt):
-            o.step()
-            o.zero_grad()
+        compare_grads_and_step(check, f"step {s}", model, ref, opt, ref_opt)
     check.weights(f"after {steps} AdamW steps", model, ref)
     return check.result()
 

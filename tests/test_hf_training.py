@@ -134,13 +134,18 @@ def clip_compare_and_step(check: Checks, s: int, runner, model, ref, opt, ref_op
     norm = clip_grad_norm_(runner.parameters(), MAX_NORM)
     ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), MAX_NORM)
     check.close(f"step {s} gradient norm", norm, ref_norm)
+    compare_grads_and_step(check, f"step {s} clipped", model, ref, opt, ref_opt)
+    return ref_norm.item()
+
+
+def compare_grads_and_step(check: Checks, what: str, model, ref, opt, ref_opt) -> None:
+    """Every gradient of ``model`` (whole) against ``ref``'s, then a step of both optimizers."""
     ref_params = dict(ref.named_parameters())
     for name, p in model.named_parameters():
-        check.close(f"step {s} clipped grad {name}", whole(p, p.grad), ref_params[name].grad)
+        check.close(f"{what} grad {name}", whole(p, p.grad), ref_params[name].grad)
     for o in (opt, ref_opt):
         o.step()
         o.zero_grad()
-    return ref_norm.item()
 
 
 def _clean(results, at_least):
