@@ -152,12 +152,12 @@ def stream_of(tensor: torch.Tensor) -> int | None:
     return found
 
 
-def _draws(p_name: str, p_at: int, p_default, training_at: int | None):
+def _draws(p_name: str, p_at: int, p_default, training_at: int | None, training_default: bool = True):
     """When a random op draws: its probability argument above 0 (and ``training`` true)."""
     def draws(args, kwargs) -> bool:
         p = kwargs.get(p_name, args[p_at] if len(args) > p_at else p_default)
-        training = True if training_at is None else kwargs.get("training", args[training_at]
-                                                                 if len(args) > training_at else True)
+        training = True if training_at is None else kwargs.get(
+            "training", args[training_at] if len(args) > training_at else training_default)
         return bool(training) and p > 0
     return draws
 
@@ -168,7 +168,7 @@ def _following(fn, draws):
     def random_op(*args, **kwargs):
         if not draws(args, kwargs) or not torch.is_grad_enabled() or torch.compiler.is_compiling():
             return fn(*args, **kwargs)
-        x = args[0] if args else next(iter(kwargs.values()))
+        x = args[0] if args else kwargs.get("input", kwargs.get("query"))
         want = stream_of(x) if isinstance(x, torch.Tensor) else None
         gen = _generator(x.device) if want is not None else None
         if want is None or (want >= 0) == on_rank_stream(gen):
@@ -191,8 +191,8 @@ def _following(fn, draws):
 
 _RANDOM_OPS = {  # name in torch.nn.functional: when it draws
     "dropout": _draws("p", 1, 0.5, 2), "dropout1d": _draws("p", 1, 0.5, 2), "dropout2d": _draws("p", 1, 0.5, 2),
-    "dropout3d": _draws("p", 1, 0.5, 2), "alpha_dropout": _draws("p", 1, 0.5, 2),
-    "feature_alpha_dropout": _draws("p", 1, 0.5, 2),
+    "dropout3d": _draws("p", 1, 0.5, 2), "alpha_dropout": _draws("p", 1, 0.5, 2, training_default=False),
+    "feature_alpha_dropout": _draws("p", 1, 0.5, 2, training_default=False),
     "scaled_dot_product_attention": _draws("dropout_p", 4, 0.0, None),
 }
 
