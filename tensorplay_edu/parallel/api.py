@@ -85,6 +85,9 @@ def parallelize_module(module: nn.Module, device_mesh: DeviceMesh | None = None,
         if not hasattr(sub, "_tp_fqn"):
             sub._tp_fqn = f"{base}.{name}" if base and name else (name or base)
     work = _resolve_plan(module, parallelize_plan)  # every error is raised here, before anything changes
+    for style, _ in work:
+        for check in getattr(style, "mesh_checks", ()):  # what a plan's maker checks against the mesh (hf.py)
+            check(device_mesh)
     ties, later = _check_ties(module, work)
     with check_same_parameters(_distributed(module, work), device_mesh, src_data_rank):  # one tiny collective
         for style, target in work:

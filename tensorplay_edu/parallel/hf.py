@@ -147,15 +147,9 @@ def _check_heads(model: nn.Module, world: int) -> None:
 
 
 def _checking_heads(style: ParallelStyle, model: nn.Module) -> ParallelStyle:
-    """``style``, which first checks the model's head counts against the mesh it is applied with: a plan
-    made without ``mesh=`` fails in ``parallelize_module``, before its first style shards anything."""
-    apply = style._apply
-
-    def checked(module, device_mesh):
-        _check_heads(model, device_mesh.size())
-        return apply(module, device_mesh)
-
-    style._apply = checked
+    """``style`` with a check of the model's head counts against the mesh it will be applied with:
+    ``parallelize_module`` runs a style's ``mesh_checks`` before it shards anything."""
+    style.mesh_checks = [*getattr(style, "mesh_checks", ()), lambda mesh: _check_heads(model, mesh.size())]
     return style
 
 
