@@ -216,8 +216,8 @@ def _layout_of(param):
 
 def _tie_error(layouts: dict, untied: bool = False) -> str:
     said = ", ".join(f"'{path}' {'left whole' if p is None else repr(p)}" for path, p in layouts.items())
-    what = ("were tied when parallelize_module saw them, and are separate parameters at this forward" if untied else
-            "are one tied parameter, and the plan lays them out differently")
+    what = ("were tied when parallelize_module saw them, and at this forward are separate or laid out apart"
+            if untied else "are one tied parameter, and the plan lays them out differently")
     return (f"parallelize_module: {' and '.join(repr(p) for p in layouts)} {what} ({said}): they would silently "
             "train as separate parameters. Give every use the same layout (a vocab-parallel embedding, "
             "RowwiseParallel(input_layouts=Replicate()), and a vocabulary-split output, ColwiseParallel, both hold "
