@@ -30,8 +30,8 @@ odd ``STEP`` further (mod 2^32), the same on every rank; this rank's stream is s
 ``s + (rank + 1) * MIX``.  **This rank's -> shared**: seed ``s``, so the next region counts on
 from it.  The regions' numbers run through all 2^32 values before one comes back, and a
 (region, rank) stream is first drawn again after 1.9 million regions at 1024 ranks, 40 million
-at 64, 154 million at 8.  Which stream runs
-is read from the generator's own seed (a per-rank seed carries a tag in its top 16 bits).
+at 64, 154 million at 8.  Which stream runs is read from the generator's own seed (a per-rank
+seed carries a tag in its top 16 bits).
 
 So masks change from step to step; a fixed ``torch.manual_seed`` on every rank reproduces a
 run; ``torch.utils.checkpoint`` restores generator states and replays the same walks, so a
