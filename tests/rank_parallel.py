@@ -145,17 +145,26 @@ def _ids(g, dtype):
 
 
 class ScaledLinear(nn.Linear):
-    """A Linear subclass with a forward of its own (linear in the layer's product, bias included)."""
+    """A Linear subclass with a forward of its own (linear in the layer's product, bias included)
+    and a learnable gain of its own."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gain = nn.Parameter(torch.tensor(2.5))
 
     def forward(self, x):
-        return super().forward(x) * 2.5 - 0.5 * F.linear(x, self.weight)
+        return super().forward(x) * self.gain - 0.5 * F.linear(x, self.weight)
 
 
 class ScaledEmbedding(nn.Embedding):
-    """Gemma's scaled word embedding, plus a per-token shift: any function of a token's row."""
+    """Gemma's scaled word embedding, plus a learnable per-token shift: a function of a token's row."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.shift = nn.Parameter(torch.tensor(1.0))
 
     def forward(self, ids):
-        return super().forward(ids) * self.embedding_dim ** 0.5 + 1.0
+        return super().forward(ids) * self.embedding_dim ** 0.5 + self.shift
 
 
 def style_cases():

@@ -42,8 +42,8 @@ def check_optimizer(optimizer: torch.optim.Optimizer, args=(), kwargs=None) -> N
             f"a {list(layout.shape)} parameter laid out {list(layout.placements)}): "
             f"{_WHY.get(name, 'it is not known to update element by element')}, so on a piece it computes "
             "something other than the one-device update. Use an elementwise optimizer (SGD, Adam, AdamW, ...), or "
-            f"give {name} the whole parameters; if {name} is elementwise, declare it: "
-            f"tensorplay_edu.parallel.optimizers.ELEMENTWISE.add({name}).")
+            f"give {name} the whole parameters; if {name} is elementwise, declare it (a subclass of an elementwise "
+            f"optimizer too): tensorplay_edu.parallel.optimizers.ELEMENTWISE.add({name}).")
 
 
 def install_guard() -> None:

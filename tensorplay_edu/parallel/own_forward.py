@@ -4,16 +4,20 @@ rank's piece, with what the layout needs done before and after it.
 **Rowwise Embedding** (vocab-parallel, weight ``Shard(0)``): each rank holds whole rows of
 the table, so every token is looked up on exactly one rank, its owner.  Each rank runs the
 module's forward on its own ids (others' ids point at row 0), then zeroes the tokens it does
-not own: the sum over ranks that follows is the owner's output.  Whatever the forward does
-to a token's row (Gemma's ``* sqrt(h)``, an added position) is therefore right.
+not own: the sum over ranks that follows is the owner's output.  A forward that works token by
+token (Gemma's ``* sqrt(h)``, an added position) is therefore right; one that mixes tokens
+is not.
 
 **Rowwise Linear** (weight ``Shard(1)``): each rank computes ``x_r @ W_r^T``, an addend of the
 output.  A plain ``nn.Linear`` adds its bias after the reduction (style.py).  A subclass's
 forward runs on the addend, and its bias joins the partial sum on rank 0 only: the table's
 ``Replicate -> Partial`` (zeros elsewhere, gradient whole everywhere, no communication).
 The sum over ranks equals the one-device output when the forward is linear in the layer's
-product (a scale, a sum of such terms): a non-linear function of a partial sum (``relu``,
-``softmax``) is not the function of the sum, so keep such a layer whole or Colwise.
+product (a scale; not ``+ c``, which t ranks would add t times): a non-linear function of a
+partial sum (``relu``, ``softmax``) is not the function of the sum, so keep such a layer whole
+or Colwise.  A subclass's other parameters (a learnable scale, a position table) see this
+rank's addend or tokens only: their gradients are summed over the TP group as they arrive.
+(``Replicate -> Partial`` and the reduction after it are rows of transition.py's table.)
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from torch import nn
 
 from ..dtensor import DTensor
 from ..placement import Partial, Replicate, chunk_offset, chunk_sizes
+from .grad_sync import partial_gradient
 
-__all__ = ["overrides_forward", "partial_own_forward", "vocab_parallel_embedding"]
+__all__ = ["overrides_forward", "partial_own_forward", "partial_gradients_of_extras", "vocab_parallel_embedding"]
 
 
 def overrides_forward(module: nn.Module, base: type) -> bool:
@@ -48,6 +53,16 @@ def _swapped(module: nn.Module, **values):
     finally:
         for name, (store, value) in saved.items():
             store[name] = value
+
+
+def partial_gradients_of_extras(module: nn.Module, mesh, path: str) -> None:
+    """A subclass's other parameters (a learnable scale, a position table) read this rank's addend or
+    tokens only, so their gradients are addends too: summed over the TP group as they arrive (grad_sync)."""
+    for owner_path, owner in module.named_modules():
+        for name, param in owner.named_parameters(recurse=False):
+            if owner is module and name in ("weight", "bias") or not param.requires_grad:
+                continue
+            partial_gradient(owner, name, mesh, f"{path}.{owner_path + '.' if owner_path else ''}{name}")
 
 
 def partial_own_forward(module: nn.Linear, mesh, x: torch.Tensor) -> torch.Tensor:

@@ -6,8 +6,8 @@ by a scale, Cohere multiplies them by one.  A function of one element at a time,
 each rank's piece, is that rank's piece of the function of the whole, so a ``Shard`` or
 ``Replicate`` layout is kept and nothing moves (PyTorch's DTensor runs them the same way).
 A ``Partial`` tensor holds addends: a scale of the sum is the sum of the scaled addends, so
-``x * c``, ``x / c`` and ``-x`` keep it; ``tanh`` or ``x + c`` of addends is not that of the
-sum, and is refused.  The other operand must be a number (or a 0-d tensor without a gradient:
+``x * c``, ``x / c`` and ``-x`` keep a sum's (or a mean's); ``tanh`` or ``x + c`` of addends is
+not that of the sum, nor ``-x`` of a max the max of ``-x``: refused.  The other operand must be a number (or a 0-d tensor without a gradient:
 a learnable scale's gradient would be a sum over every rank's piece).
 """
 
@@ -33,7 +33,7 @@ def _is_scalar(value) -> bool:
 
 def elementwise(x: "D.DTensor", fn, name: str, linear: bool) -> "D.DTensor":
     """``fn`` on each rank's piece of ``x``: the same layout, no communication."""
-    if not linear and any(isinstance(p, Partial) for p in x.placements):
+    if any(isinstance(p, Partial) and (not linear or p.reduce_op not in ("sum", "avg")) for p in x.placements):
         raise NotImplementedError(
             f"{name} of a Partial DTensor (placements {list(x.placements)}): each rank holds an addend, and "
             f"{name} of the addends is not {name} of their sum. Reduce it first: "

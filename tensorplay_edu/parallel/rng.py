@@ -24,6 +24,9 @@ Here the styles' hooks know each layout they hand to your code, and leave two tr
   (``torch.no_grad()``, ``torch.compile``'s traced code, a tensor computed from inputs that
   need no gradient): a replicated ``drop(x * 2)`` of such an input, written between a Colwise
   and a Rowwise Linear, would draw this rank's mask; drop it before the Colwise call instead.
+  For the same reason use ``torch.utils.checkpoint(..., use_reentrant=False)`` (PyTorch's and
+  HF's default) around such code: the reentrant variant runs its forward under ``no_grad``
+  and its recomputation with a graph, so the two could choose different streams.
 
 The switch: **shared -> this rank's**: the region's number ``s`` is the shared stream's seed one
 odd ``STEP`` further (mod 2^32), the same on every rank; this rank's stream is seeded
@@ -34,8 +37,8 @@ at 64, 154 million at 8.  Which stream runs is read from the generator's own see
 seed carries a tag in its top 16 bits).
 
 So masks change from step to step; a fixed ``torch.manual_seed`` on every rank reproduces a
-run; ``torch.utils.checkpoint`` restores generator states and replays the same walks, so a
-recomputed block draws the same masks; the ranks' masks together are a mask of the
+run; ``torch.utils.checkpoint`` (non-reentrant) restores generator states and replays the same
+walks, so a recomputed block draws the same masks; the ranks' masks together are a mask of the
 single-device model (independent Bernoulli draws), not the one one process would draw.  Eval
 mode draws nothing.  Seeding a generator cannot be traced: a compiled training step with a
 switch runs in a few more graphs.

@@ -40,7 +40,7 @@ from .async_tp import MatmulReduceScatter, RingInput, is_async, ring_ok, ring_ok
 from .async_tp import logger as async_logger
 from .grad_sync import partial_gradient
 from .init import install_reset_parameters
-from .own_forward import overrides_forward, partial_own_forward, vocab_parallel_embedding
+from .own_forward import overrides_forward, partial_gradients_of_extras, partial_own_forward, vocab_parallel_embedding
 from .params import attach_own_layouts, buffers_to_mesh, distribute_param
 from .rng import follow_layout
 
@@ -149,6 +149,12 @@ class _LinearOrEmbedding(ParallelStyle):
             raise NotImplementedError(
                 f"{type(self).__name__} currently only support nn.Linear and nn.Embedding! "
                 f"'{fqn(module)}' is a {type(module).__name__}; give it another style or leave it out of the plan")
+        cut = [o for o in ("max_norm",) + (("scale_grad_by_freq",) if isinstance(self, RowwiseParallel) else ())
+               if isinstance(module, nn.Embedding) and getattr(module, o)]
+        if cut:  # each rank would renormalise its part of a row / count other ranks' ids as row 0's
+            raise NotImplementedError(f"{type(self).__name__} on '{fqn(module)}': nn.Embedding({cut[0]}=...) reads "
+                                      "whole rows or every id, which this rank's piece does not hold; leave the "
+                                      "embedding whole (out of the plan), or drop the option")
         super()._validate(module)
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
@@ -195,11 +201,14 @@ class ColwiseParallel(_LinearOrEmbedding):
 
     def param_placements(self, module):
         dim = 0 if isinstance(module, nn.Linear) else 1  # the output features: [out, in] or [vocab, dim]
-        return {(module, name): Shard(dim) for name, _ in module.named_parameters(recurse=False)}
+        return {(module, name): Shard(dim) for name, p in module.named_parameters(recurse=False)
+                if name in ("weight", "bias")}  # a subclass's own parameters stay whole (own_forward.py)
 
     def _shard(self, module, mesh):
         for (_, name), placement in self.param_placements(module).items():
             distribute_param(module, name, placement, mesh, self.src_data_rank)
+        if _own_forward(module):
+            partial_gradients_of_extras(module, mesh, fqn(module))  # they read this rank's output features only
         if isinstance(module, nn.Linear):  # a reader of a (maybe ring-gathered, see async_tp.py) input
             module._tp_colwise = True
             module.forward = types.MethodType(_colwise_linear, module)
@@ -252,6 +261,8 @@ class RowwiseParallel(_LinearOrEmbedding):
     def _shard(self, module, mesh):
         for (_, name), placement in self.param_placements(module).items():
             distribute_param(module, name, placement, mesh, self.src_data_rank)
+        if _own_forward(module):
+            partial_gradients_of_extras(module, mesh, fqn(module))  # a subclass's own parameters: addends too
         if isinstance(module, nn.Linear):
             if module.bias is not None and self.output_layouts[0] != Replicate() and not _own_forward(module):
                 partial_gradient(module, "bias", mesh, f"{fqn(module)}.bias")  # each rank sums its own rows
@@ -322,9 +333,10 @@ def _partial_linear(self: nn.Linear, mesh: DeviceMesh, output: Placement, x: tor
     return F.linear(x, self.weight)  # [.., in/t] @ [out, in/t]^T -> [.., out]
 
 
-def _own_forward(module: nn.Linear) -> bool:
-    """A Linear subclass with a forward of its own (a Float8Linear has its partial_forward)."""
-    return overrides_forward(module, nn.Linear) and not hasattr(module, "float8_spec")
+def _own_forward(module: nn.Module) -> bool:
+    """A Linear or Embedding subclass with a forward of its own (a Float8Linear has its partial_forward)."""
+    base = nn.Linear if isinstance(module, nn.Linear) else nn.Embedding
+    return overrides_forward(module, base) and not hasattr(module, "float8_spec")
 
 
 def _colwise_linear(self: nn.Linear, x) -> torch.Tensor:
