@@ -296,8 +296,12 @@ class DTensor:
             dtype, args = args[0], args[1:]
         if args or kwargs or dtype is None:
             raise _unsupported(f"DTensor.to({args}, {kwargs}) (only a dtype is supported)", self._placements)
-        self._identity_node()
-        return self._derived(self._local.to(dtype), self._placements, self._shape, lambda gp: gp)
+        return self._local_map(lambda t: t.to(dtype))
+
+    def _local_map(self, fn) -> "DTensor":
+        """``fn`` on the local tensor, element by element: the same layout, gradients through it alike."""
+        self._identity_node()  # a reader's gradient layout reaches self through the new tensor
+        return self._derived(fn(self._local), self._placements, self._shape, lambda gp: gp)
 
     def float(self) -> "DTensor":
         return self.to(torch.float32)

@@ -31,8 +31,8 @@ import itertools
 
 import torch
 
-from .checkpoint import _as_local
-from .params import ParamLayout, is_split, param_layout, where
+from .checkpoint import _as_local, _piece_of_state
+from .params import ParamLayout, is_split, param_layout
 from .piece import Piece
 
 __all__ = ["install_guards"]
@@ -65,17 +65,13 @@ def _state_dict(torch_fn):
             param = by_index.get(key)
             layout = _split(param)
             if layout is not None and isinstance(entry, dict):  # a new dict: the optimizer's own stays as is
-                entry = {k: Piece(*_placed(v, layout)) if _like_param(v, param) else v for k, v in entry.items()}
+                entry = {k: _piece_of_state(v, layout, param, k) if _like_param(v, param) else v
+                         for k, v in entry.items()}
             state[key] = entry
         return {**sd, "state": state}
 
     state_dict.__tensorplay_guard__ = True
     return state_dict
-
-
-def _placed(value, layout: ParamLayout):
-    local, offsets = where(value, layout)
-    return local, layout.shape, offsets
 
 
 def _load_state_dict(torch_fn):

@@ -38,8 +38,7 @@ def elementwise(x: "D.DTensor", fn, name: str, linear: bool) -> "D.DTensor":
             f"{name} of a Partial DTensor (placements {list(x.placements)}): each rank holds an addend, and "
             f"{name} of the addends is not {name} of their sum. Reduce it first: "
             "x.redistribute(placements=[Replicate()])")
-    x._identity_node()  # a reader's gradient layout reaches x through the new tensor
-    return x._derived(fn(x._local), x.placements, x.shape, lambda gp: gp)
+    return x._local_map(fn)
 
 
 def _with_scalar(name: str, op, linear: bool, reflected: bool = False):
