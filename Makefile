@@ -32,7 +32,7 @@ pictures: setup
 
 # The main job: a multi-rank run checked against single-process math (CPU, gloo).
 demo: setup
-	$(PY) -m tensorplay_edu.demo
+	$(PY) -m tensorplay_edu.lab.demo
 
 # Step time, collectives and memory: one process vs tensorplay_edu vs PyTorch's TP (writes benchmarks/results.md).
 bench: setup

@@ -14,7 +14,7 @@ by ``convert_to_float8_training``, output layer excluded, and ``parallelize_llam
 float8=True)``; matmuls through ``torch._scaled_mm``, on the CPU here) against ours in float32
 and the same float8 model on one process (PyTorch's float8 TP needs torchao: not compared).
 The floor (issue 13): "hand", the same model and plan written directly in raw collectives
-(benchmarks/hand.py: Megatron's f, g and the sequence-parallel pair, the in-place vocab-parallel
+(tensorplay_edu/models/by_hand.py: Megatron's f, g and the sequence-parallel pair, the in-place vocab-parallel
 cross-entropy, one norm-gradient bucket), checked equal to one process by tests/test_hand.py; the
 small config runs SMALL_ROUNDS interleaved rounds, and the report gives each ratio as the median of
 the per-round ratios with its range.  The floor table's target reads ours and the floor taking turns
@@ -55,9 +55,10 @@ import torch
 import torch.distributed as dist
 
 from tensorplay_edu import CommDebugMode, init_device_mesh, launch
-from tensorplay_edu.parallel import async_tp, bucket_partial_grads
-from tensorplay_edu.timeline import Timeline
-from tensorplay_edu.torchrun import current_device, run_from_env
+from tensorplay_edu import async_tp
+from tensorplay_edu.parallel import bucket_partial_grads
+from tensorplay_edu.async_tp.timeline import Timeline
+from tensorplay_edu.launcher.torchrun import current_device, run_from_env
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -296,7 +297,7 @@ def rank_loss_bench(config: str, repeats: int = 7) -> dict:
     """The loss alone, forward and backward, on this rank's vocabulary slice of the config's logits
     ([b * s, V/t], float32): ours (``F.cross_entropy`` under ``loss_parallel()``) against the floor's
     (hand.VocabParallelCrossEntropy), interleaved; the medians of each and of the per-repeat ratio."""
-    from hand import VocabParallelCrossEntropy
+    from tensorplay_edu.models.by_hand import VocabParallelCrossEntropy
     from tensorplay_edu import DTensor, Shard
     from tensorplay_edu.parallel import loss_parallel
     c = CONFIGS[config]
@@ -359,8 +360,8 @@ def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int, dtype
         if plan == "full":
             from torch.distributed.tensor.parallel import loss_parallel
             loss_ctx = loss_parallel
-    elif impl == "hand":  # the floor: the same model and plan in raw collectives (benchmarks/hand.py)
-        from hand import HandLlama
+    elif impl == "hand":  # the floor: the same model and plan in raw collectives (tensorplay_edu/models/by_hand.py)
+        from tensorplay_edu.models.by_hand import HandLlama
         model = HandLlama(model, plan)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     if impl == "ours" and plan != "vanilla":  # the norms' partial gradients: one bucket, made whole in opt.step()
@@ -369,7 +370,7 @@ def rank_bench(config: str, plan: str, impl: str, steps: int, warmup: int, dtype
 
     def step(fused: bool = async_tp_on):
         if impl == "hand":
-            from hand import hand_step
+            from tensorplay_edu.models.by_hand import hand_step
             hand_step(model, tokens, labels)
             opt.step()
             opt.zero_grad(set_to_none=True)

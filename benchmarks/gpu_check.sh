@@ -8,7 +8,7 @@
 #   a1. the demo under torchrun, full plan, float64, 10 steps: "check against the single-device model: OK"
 #   a2. the same with --plan vanilla
 #   a3. the same with --dp 2 (PyTorch's DDP over two TP groups), when R >= 4
-#   b.  the transition table under torchrun (-m tensorplay_edu.demo --transitions)
+#   b.  the transition table under torchrun (-m tensorplay_edu.lab.demo --transitions)
 #   c.  no host synchronisation in a training step (bf16 vanilla and full, float8, async TP, AdamW's
 #       step): benchmarks/gpu_sync_check.py (a TorchDispatchMode, torch.cuda.set_sync_debug_mode)
 #   d1-d5. MEASURED, the GPU-sized model (benchmarks/gpu_measure.py: dim 4096, 32 / 8 heads, FFN 14336,
@@ -257,14 +257,14 @@ echo "gpu_check: logs in $LOGS; collective timeout $NCCL_TIMEOUT s, each check k
 OK="check against the single-device model: OK"
 MEASURE=(benchmarks/gpu_measure.py --config "$CONFIG" --steps "$STEPS" --warmup "$WARMUP" --skip-float8 "$FP8_SKIP")
 
-run_check a1 "$OK" -m tensorplay_edu.demo --steps 10
-run_check a2 "$OK" -m tensorplay_edu.demo --steps 10 --plan vanilla
+run_check a1 "$OK" -m tensorplay_edu.lab.demo --steps 10
+run_check a2 "$OK" -m tensorplay_edu.lab.demo --steps 10 --plan vanilla
 if [ "$R" -ge 4 ]; then
-  run_check a3 "$OK" -m tensorplay_edu.demo --steps 10 --dp 2
+  run_check a3 "$OK" -m tensorplay_edu.lab.demo --steps 10 --dp 2
 else
   echo "SKIP ${WHAT[a3]} (needs 4 ranks or more, 2 x 2; $R here)"
 fi
-run_check b "check against single-process math: OK" -m tensorplay_edu.demo --transitions
+run_check b "check against single-process math: OK" -m tensorplay_edu.lab.demo --transitions
 
 # c: the script's own verdict is its last "PASS host syncs:" / "FAIL host syncs:" line.
 if chosen c; then

@@ -12,11 +12,11 @@ the model on its device from the same seed.
 
 ``--check d``, one MEASURED line each (a measurement has no threshold: nothing here can PASS):
 ``d1`` ours, ``d2`` ours with float8, ``d3`` ours with async TP, ``d4`` PyTorch's own TP (bench.py's
-``torch_parallelize``), ``d5`` the hand-written floor (hand.py). Ours (d1-d3, and the e lines) puts the
+``torch_parallelize``), ``d5`` the hand-written floor (models/by_hand.py). Ours (d1-d3, and the e lines) puts the
 norms' partial gradients in one bucket (``bucket_partial_grads``), as ``make bench`` and the floor do,
 so that d1 and d5 are like for like. Each gives tokens/s
 (b·s tokens per step over the median step of the slowest rank), the MFU (:func:`model_flops`
-per GPU over the step time and the GPU's bf16 peak from ``tensorplay_edu.scale.GPUS``, found
+per GPU over the step time and the GPU's bf16 peak from ``tensorplay_edu.cluster.GPUS``, found
 by the GPU's name; "peak unknown" otherwise) and the peak memory allocated per GPU during the
 steps (the largest over the ranks).
 
@@ -47,12 +47,13 @@ import torch.distributed as dist
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench import torch_parallelize  # noqa: E402  (benchmarks/bench.py)
-from hand import HandLlama, hand_step  # noqa: E402  (benchmarks/hand.py)
+from tensorplay_edu.models.by_hand import HandLlama, hand_step  # noqa: E402  (tensorplay_edu/models/by_hand.py)
 from tensorplay_edu import init_device_mesh  # noqa: E402
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama  # noqa: E402
-from tensorplay_edu.parallel import async_tp, bucket_partial_grads  # noqa: E402
-from tensorplay_edu.scale import GPUS, Model, Setup, memory  # noqa: E402
-from tensorplay_edu.torchrun import current_device, run_from_env  # noqa: E402
+from tensorplay_edu import async_tp
+from tensorplay_edu.parallel import bucket_partial_grads  # noqa: E402
+from tensorplay_edu.cluster import GPUS, Model, Setup, memory  # noqa: E402
+from tensorplay_edu.launcher.torchrun import current_device, run_from_env  # noqa: E402
 
 CONFIGS = {
     "gpu": dict(dim=4096, n_layers=4, n_heads=32, n_kv_heads=8, ffn_hidden=14336, vocab_size=128256, seq=8192,
@@ -76,7 +77,7 @@ FLOAT8_VS_BF16 = 0.1
 MEASURE = {"d1": ("bf16", "ours"), "d2": ("float8", "ours float8"), "d3": ("bf16", "ours async"),
            "d4": ("bf16", "torch"), "d5": ("bf16", "hand")}
 NAMES = {"ours": "ours (tensorplay_edu)", "torch": "PyTorch's TP (torch.distributed.tensor.parallel)",
-         "hand": "hand-written floor (benchmarks/hand.py)", "ours float8": "ours float8 (float8 styles)",
+         "hand": "hand-written floor (tensorplay_edu/models/by_hand.py)", "ours float8": "ours float8 (float8 styles)",
          "ours async": "ours async TP (rings)", "single float8": "float8 model on one GPU"}
 MATCH = {"e1": ("ours", "torch", "bf16 losses, ours vs PyTorch's TP"),
          "e2": ("ours float8", "single float8", "float8 losses, float8 TP vs the float8 model on one GPU"),
@@ -84,7 +85,7 @@ MATCH = {"e1": ("ours", "torch", "bf16 losses, ours vs PyTorch's TP"),
 
 
 def model_flops(c: dict) -> float:
-    """FLOPs of one training step of the whole model, counted as ``tensorplay_edu.scale`` (torchtitan's MFU
+    """FLOPs of one training step of the whole model, counted as ``tensorplay_edu.cluster`` (torchtitan's MFU
     convention): 6 per matmul weight and token (2 forward, 4 backward; the output layer counts, the
     embedding lookup does not) plus attention's 12·L·s²·h·b (QKᵀ and AV, the whole square)."""
     m = Model("gpu-check", c["n_layers"], c["dim"], c["n_heads"], c["n_kv_heads"], c["ffn_hidden"], c["vocab_size"])
@@ -98,7 +99,7 @@ def peak_flops(name: str) -> tuple[float | None, str]:
     for key, gpu in GPUS.items():
         if key.upper() in name.upper() and not any(w in name for w in ("PCIe", "NVL")):
             return gpu.bf16_flops, f"of {gpu.name}'s bf16 {gpu.bf16_flops / 1e12:.0f} TFLOP/s"
-    return None, f"peak unknown: {name} is not in tensorplay_edu.scale.GPUS"
+    return None, f"peak unknown: {name} is not in tensorplay_edu.cluster.GPUS"
 
 
 def build(c: dict, device: torch.device, float8: bool = False):
@@ -134,7 +135,7 @@ def trainer(kind: str, c: dict, device: torch.device):
     on_device(model, tokens, device, kind)
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
     if kind.startswith("ours"):  # the norms' partial gradients in one bucket, made whole in opt.step(): as
-        bucket_partial_grads(model, opt)  # make bench, bench.py's rank_bench and the floor (hand.py) do
+        bucket_partial_grads(model, opt)  # make bench, bench.py's rank_bench and the floor (models/by_hand.py) do
 
     def step() -> torch.Tensor:
         if kind == "hand":
@@ -225,7 +226,7 @@ def losses(kind: str, c: dict, device: torch.device, steps: int) -> list[float]:
 
 
 def reference_bytes(c: dict) -> float:
-    """e2's one-GPU reference, estimated with ``tensorplay_edu.scale.memory`` (weights, gradients,
+    """e2's one-GPU reference, estimated with ``tensorplay_edu.cluster.memory_use`` (weights, gradients,
     activations, gathered logits), AdamW's two moments in bf16 (4 bytes per parameter: the model trains in
     bf16, with no fp32 master copy) instead of mixed precision's 12; float8 is not modelled (bf16 is kept)."""
     m = Model("gpu-check", c["n_layers"], c["dim"], c["n_heads"], c["n_kv_heads"], c["ffn_hidden"], c["vocab_size"])

@@ -1,13 +1,13 @@
 """Run one `make gpu-check` check under torchrun, and prove where it ran.
 
-    torchrun --standalone --nproc-per-node 8 benchmarks/gpu_run.py -m tensorplay_edu.demo --steps 10
+    torchrun --standalone --nproc-per-node 8 benchmarks/gpu_run.py -m tensorplay_edu.lab.demo --steps 10
     torchrun --standalone --nproc-per-node 8 benchmarks/gpu_run.py benchmarks/gpu_measure.py --check d
 
 A check that falls back to gloo on the CPU (``LOCAL_WORLD_SIZE`` missing, a CPU build of
 torch) would still print its OK line, so every check of ``benchmarks/gpu_check.sh`` starts
 through this wrapper, which
 
-1. starts the default group itself (:func:`tensorplay_edu.torchrun.init_from_env`) with a
+1. starts the default group itself (:func:`tensorplay_edu.launcher.torchrun.init_from_env`) with a
    SHORT timeout, ``GPU_CHECK_NCCL_TIMEOUT`` seconds (default 180): below the script's
    per-check kill, so that on a hang NCCL's watchdog fires first and, with the flight
    recorder on (``TORCH_NCCL_TRACE_BUFFER_SIZE``, ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``, set by the
@@ -36,7 +36,7 @@ them would fail every correct GPU run. The wrapper pauses the count inside them 
 them on their own ("n object collectives on cpu (PyTorch's rule)").
 
 Step 5 runs inside the check's own ending: ``run_from_env`` ends a rank with
-``tensorplay_edu.torchrun.finish`` (``os._exit``), so the wrapper puts its report in front of it.
+``tensorplay_edu.launcher.torchrun.finish`` (``os._exit``), so the wrapper puts its report in front of it.
 The ranks first exchange their exit codes (bounded by the collective timeout): the report's
 collective runs only when every rank ended cleanly, so a rank that fails (the demo exits 1 on
 rank 0 alone on a FAIL) never leaves the others waiting in it.
@@ -140,7 +140,7 @@ def _gather(obj) -> list:
 
 def backend_line(require: str) -> tuple[str, bool]:
     """The ``gpu_run: ran on: ...`` line and whether it meets ``require`` ("cuda" or "")."""
-    from tensorplay_edu.torchrun import backends, current_device
+    from tensorplay_edu.launcher.torchrun import backends, current_device
 
     device = current_device()
     devices = _gather(str(device))
@@ -189,7 +189,7 @@ def _close_and_exit(code: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    from tensorplay_edu import torchrun
+    from tensorplay_edu.launcher import torchrun
 
     if not argv or (argv[0] == "-m" and len(argv) < 2):
         raise SystemExit("usage: gpu_run.py -m MODULE [ARGS...] | gpu_run.py SCRIPT [ARGS...] (under torchrun)")

@@ -42,8 +42,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tensorplay_edu import init_device_mesh
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
-from tensorplay_edu.parallel import async_tp
-from tensorplay_edu.torchrun import current_device, run_from_env
+from tensorplay_edu import async_tp
+from tensorplay_edu.launcher.torchrun import current_device, run_from_env
 
 # Ops that copy a value from the device to the host: on a GPU each one waits for every queued kernel.
 SYNCS = ("aten._local_scalar_dense", "aten.item", "aten.is_nonzero", "aten.equal")

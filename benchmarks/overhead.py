@@ -2,7 +2,7 @@
 
 Timed in launches of their own, a few steps each, two variants drift apart by several percent on a
 busy 2-core machine: as large as the difference asked about.  Here ours (norm gradients bucketed
-under the full plan) and the floor (benchmarks/hand.py) live in the same ranks and take turns, step
+under the full plan) and the floor (tensorplay_edu/models/by_hand.py) live in the same ranks and take turns, step
 by step, on the same batch; `make bench`'s floor table comes from :func:`compare`.  Per step: the
 wall time of the slowest rank, and the main thread's CPU time (``time.thread_time``: waiting in a
 collective is not CPU, so this is the work each rank does, Python included).  A tiny model (every
@@ -28,7 +28,7 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench  # noqa: E402
-from hand import HandLlama, hand_step  # noqa: E402
+from tensorplay_edu.models.by_hand import HandLlama, hand_step  # noqa: E402
 from tensorplay_edu import init_device_mesh, launch  # noqa: E402
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama  # noqa: E402
 from tensorplay_edu.parallel import bucket_partial_grads  # noqa: E402

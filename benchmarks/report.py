@@ -121,7 +121,7 @@ def floor_section(table: list[dict]) -> list[str]:
     rows = [(r, k) for r, k in zip(rows, keys) if _find(table, **k, impl="hand") and _find(table, **k, impl="paired")]
     if not rows:
         return []
-    lines = ["## The floor: the same model written by hand (benchmarks/hand.py)", "",
+    lines = ["## The floor: the same model written by hand (tensorplay_edu/models/by_hand.py)", "",
              "Taking turns: ours and the floor built in the same ranks, one step of each in turn on the same batch "
              "(`benchmarks/overhead.py`, which first checks that both compute the same loss). ours/hand is the median "
              "of the per-step ratios of the slowest rank, with the middle half of them and the interval that holds "
@@ -165,7 +165,7 @@ def loss_section(table: list[dict]) -> list[str]:
         return []
     lines = ["## The loss alone: `loss_parallel` against the floor's cross-entropy", "",
              "`F.cross_entropy` under `loss_parallel()` on this rank's [b * s, V/t] slice of float32 logits, forward "
-             "and backward, against benchmarks/hand.py's `VocabParallelCrossEntropy` on the same slice, interleaved "
+             "and backward, against tensorplay_edu/models/by_hand.py's `VocabParallelCrossEntropy` on the same slice, interleaved "
              "(slowest rank; median of the per-repeat ratios, and their range).", "",
              "| config | ranks | repeats | hand ms | ours ms | ours/hand | range | target |", "|---|---|---|---|---|---|---|---|"]
     for row in rows:

@@ -7,7 +7,7 @@ Reading order: placement -> mesh -> collectives -> transition (the heart) -> dte
 from .debug import CommDebugMode
 from .distribute import distribute_tensor
 from .dtensor import DTensor
-from .launcher import RankError, launch, run_from_env
+from .launcher.spawn import RankError, launch, run_from_env
 from .mesh import DeviceMesh, init_device_mesh
 from .placement import Partial, Placement, Replicate, Shard
 

@@ -8,7 +8,7 @@ call these: they are the only places in the package that communicate.  Each one
 * pads every rank's block to ``ceil(n / t)`` rows, because gloo rejects unequal sizes,
   and trims the padding off the result;
 * records itself in any active :class:`~tensorplay_edu.debug.CommDebugMode`, and is checked
-  first by any active :class:`~tensorplay_edu.nccl_rules.NCCLRulesMode` (NCCL's rules);
+  first by any active :class:`~tensorplay_edu.gpu_rules.nccl.NCCLRulesMode` (NCCL's rules);
 * never writes into its input (autograd may have saved it), and runs under ``no_grad``:
   gradients are the business of the autograd Function that calls it.
 
@@ -28,7 +28,8 @@ import math
 import torch
 import torch.distributed as dist
 
-from . import debug, nccl_rules
+from . import debug
+from .gpu_rules import nccl as nccl_rules
 
 # torch 2.13 renamed the flat collectives; older releases only have the old names.
 _all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -190,7 +191,7 @@ class RingStep:
 def ring_shift(x: torch.Tensor, recv_shape, rank: int, group) -> RingStep:
     """Send ``x`` to the next rank of the group's ring and receive a ``recv_shape`` tensor from
     the previous one, without waiting: the caller computes meanwhile (the decomposed collectives
-    of :mod:`tensorplay_edu.parallel.async_tp`, which record the op they replace)."""
+    of :mod:`tensorplay_edu.async_tp`, which record the op they replace)."""
     t = dist.get_world_size(group)
     after, before = dist.get_global_rank(group, (rank + 1) % t), dist.get_global_rank(group, (rank - 1) % t)
     sending, arriving = x.contiguous(), x.new_empty(recv_shape)

@@ -28,7 +28,7 @@ PyTorch's ``DistributedDataParallel`` issues its own all-reduces; :func:`ddp_com
 (``ddp_model.register_comm_hook(group, ddp_comm_hook)``) records them here too.
 
 To check every collective against NCCL's rules (the same op, dtype and size on every rank of a
-group, in the same order) rather than only count it: :class:`tensorplay_edu.nccl_rules.NCCLRulesMode`
+group, in the same order) rather than only count it: :class:`tensorplay_edu.gpu_rules.nccl.NCCLRulesMode`
 (or ``TENSORPLAY_CHECK_NCCL=1``); it sees the DDP buckets of :func:`ddp_comm_hook` too.
 """
 
@@ -106,7 +106,7 @@ def ddp_comm_hook(group, bucket):
     bucket (averaged over ``group``), recorded as ``backward`` of module ``"DDP"``."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    from . import nccl_rules  # (imported here: nccl_rules imports this module)
+    from .gpu_rules import nccl as nccl_rules  # (imported here: nccl_rules imports this module)
 
     flat, t = bucket.buffer(), dist.get_world_size(group)
     with backward_scope("DDP"):

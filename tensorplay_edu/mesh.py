@@ -23,7 +23,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from .torchrun import backends, init_from_env
+from .launcher.torchrun import backends, init_from_env
 
 __all__ = ["DeviceMesh", "init_device_mesh", "get_current_mesh", "mesh_groups", "tp_across_nodes"]
 
@@ -77,7 +77,7 @@ def _check_backend(device_type: str) -> None:
         raise RuntimeError(
             f"DeviceMesh('{device_type}'): the default process group has no backend for {device_type} tensors "
             f"(it has {dist.get_backend_config()}). Start it with backend='cpu:gloo,cuda:nccl' (one group for both, "
-            "as tensorplay_edu.torchrun.init_from_env does), or build the mesh on a device type it has: "
+            "as tensorplay_edu.launcher.torchrun.init_from_env does), or build the mesh on a device type it has: "
             f"{sorted(have)}")
 
 

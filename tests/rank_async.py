@@ -1,4 +1,4 @@
-"""Rank code for async TP (tensorplay_edu.parallel.async_tp): the decomposed plan against the
+"""Rank code for async TP (tensorplay_edu.async_tp): the decomposed plan against the
 synchronous one, the seed's way of switching it on, the timeline."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import torch.distributed as dist
 
 from tensorplay_edu import CommDebugMode, init_device_mesh
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
-from tensorplay_edu.parallel.async_tp import enable_async_tp
+from tensorplay_edu.async_tp import enable_async_tp
 from tensorplay_edu.parallel.params import as_dtensor, param_layout
-from tensorplay_edu.timeline import Timeline
+from tensorplay_edu.async_tp.timeline import Timeline
 
 ARGS = ModelArgs(dim=48, n_layers=2, n_heads=12, vocab_size=50, max_seq_len=24)
 
@@ -33,7 +33,7 @@ def one_step(plan: str, mode: str, seq: int = 12, float8: bool = False) -> dict:
     switch = enable_async_tp(mesh) if mode == "async" else contextlib.nullcontext()
     inductor = importlib.import_module("torch._inductor.config")
     if mode == "seed":  # torchtitan's two lines
-        from tensorplay_edu.parallel.async_tp import _GROUPS, enable_symm_mem_for_group
+        from tensorplay_edu.async_tp import _GROUPS, enable_symm_mem_for_group
 
         inductor._micro_pipeline_tp = True
         enable_symm_mem_for_group(mesh.get_group().group_name)
@@ -57,7 +57,7 @@ def seed_async(source: str | None) -> tuple[list[str], int]:
     """torchtitan's apply_tp with enable_async_tp=True (its import pointed here): the vanilla plan,
     nothing to decompose, trains like one device."""
     from rank_parallel import run_llama_with
-    from tensorplay_edu.parallel.async_tp import _GROUPS
+    from tensorplay_edu.async_tp import _GROUPS
 
     from rank_plans import exec_apply_tp
 
@@ -74,7 +74,7 @@ def uneven_rings() -> tuple[list[str], int]:
     """The two decomposed ops on 10 sequence rows over t ranks (4 ranks: 3, 3, 3, 1) against one
     process: outputs and every gradient."""
     from rank_checks import chunk
-    from tensorplay_edu.parallel.async_tp import GatherMatmul, MatmulReduceScatter
+    from tensorplay_edu.async_tp import GatherMatmul, MatmulReduceScatter
     from tensorplay_edu.placement import chunk_sizes
 
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
@@ -196,7 +196,7 @@ def ring_edges(case: str) -> dict:
         seen = []
         handler = logging.Handler()
         handler.emit = lambda record: seen.append(record.getMessage())
-        logger = logging.getLogger("tensorplay_edu.parallel.async_tp")
+        logger = logging.getLogger("tensorplay_edu.async_tp")
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         try:

@@ -74,7 +74,7 @@ def _float8_styles():
 
 
 def _ring_input():
-    from tensorplay_edu.parallel.async_tp import RingInput
+    from tensorplay_edu.async_tp import RingInput
 
     return RingInput(torch.ones(1, 2, 4), _mesh(), 1, [2] * dist.get_world_size(), [nn.Linear(4, 4)], "owner")
 

@@ -102,6 +102,6 @@ def _local(layout, mesh) -> list[int]:
 
 def backend_facts() -> dict:
     """What the default group and current_device say inside a launched gloo rank."""
-    from tensorplay_edu.torchrun import backends, current_device
+    from tensorplay_edu.launcher.torchrun import backends, current_device
 
     return {"backends": backends(), "device": str(current_device())}

@@ -1,4 +1,4 @@
-"""Rank code for benchmarks/hand.py: the hand-written Megatron Llama against one process, and the raw
+"""Rank code for tensorplay_edu/models/by_hand.py: the hand-written Megatron Llama against one process, and the raw
 collectives of its training step against tensorplay_edu's for the same plan."""
 
 from __future__ import annotations
@@ -6,8 +6,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
-import os
-import sys
 import warnings
 
 import torch
@@ -18,8 +16,7 @@ from rank_checks import chunk
 from tensorplay_edu import collectives, init_device_mesh
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-import hand  # noqa: E402
+from tensorplay_edu.models import by_hand as hand
 
 
 def cases(t: int) -> list[dict]:
@@ -32,7 +29,7 @@ def cases(t: int) -> list[dict]:
 
 @contextlib.contextmanager
 def raw_counts():
-    """Count the raw torch.distributed calls, wherever they are issued (hand.py and tensorplay_edu.collectives)."""
+    """Count the raw torch.distributed calls, wherever they are issued (models/by_hand.py and tensorplay_edu.collectives)."""
     counts = collections.Counter()
 
     def counting(name, fn):

@@ -1,4 +1,4 @@
-"""Rank code for NCCLRulesMode (tensorplay_edu.nccl_rules): training steps that keep NCCL's rules,
+"""Rank code for NCCLRulesMode (tensorplay_edu.gpu_rules.nccl): training steps that keep NCCL's rules,
 and one collective bug per rule, planted on purpose."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from tensorplay_edu import init_device_mesh
 from tensorplay_edu.debug import ddp_comm_hook, module_scope
 from tensorplay_edu.float8 import convert_to_float8_training
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
-from tensorplay_edu.nccl_rules import NCCLRuleError, NCCLRulesMode
-from tensorplay_edu.parallel.async_tp import enable_async_tp
+from tensorplay_edu.gpu_rules.nccl import NCCLRuleError, NCCLRulesMode
+from tensorplay_edu.async_tp import enable_async_tp
 
 # small enough for 4 ranks on 2 cores (float8_mm pads K and N to 16 under the mode, as on CUDA)
 ARGS = ModelArgs(dim=64, n_layers=1, n_heads=4, vocab_size=64, ffn_hidden=128, max_seq_len=32)

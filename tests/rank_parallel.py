@@ -287,7 +287,7 @@ class _AsyncTP:
         self.model, self.mesh = model, mesh
 
     def __call__(self, *args):
-        from tensorplay_edu.parallel.async_tp import enable_async_tp
+        from tensorplay_edu.async_tp import enable_async_tp
 
         with enable_async_tp(self.mesh):
             return self.model(*args)

@@ -67,7 +67,7 @@ def exec_apply_tp(source: str | None):
     source = source.replace("from torchao.float8.float8_tensor_parallel import",  # its imports inside the function
                             "from tensorplay_edu.float8.float8_tensor_parallel import").replace(
         "from torch.distributed._symmetric_memory import enable_symm_mem_for_group",
-        "from tensorplay_edu.parallel.async_tp import enable_symm_mem_for_group")
+        "from tensorplay_edu.async_tp import enable_symm_mem_for_group")
     namespace: dict = {}
     exec(compile(header + source, "seed_apply_tp", "exec"), namespace)
     return namespace["apply_tp"]

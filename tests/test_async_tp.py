@@ -1,4 +1,4 @@
-"""Async TP (tensorplay_edu.parallel.async_tp): the decomposed plan against the synchronous one
+"""Async TP (tensorplay_edu.async_tp): the decomposed plan against the synchronous one
 and against one process, switched on the seed's way and explicitly; counts, bytes, timeline."""
 
 import functools
@@ -10,7 +10,7 @@ import rank_async
 import rank_parallel
 import rank_plans
 from tensorplay_edu import launch
-from tensorplay_edu.timeline import overlap, ring_ideal
+from tensorplay_edu.async_tp.timeline import overlap, ring_ideal
 
 L = 2
 
@@ -66,7 +66,7 @@ def test_the_vanilla_plan_has_nothing_to_decompose():
 
 def test_apply_tp_with_enable_async_tp():
     """tensorplay_edu.models.apply_tp always; torchtitan's verbatim text too when ../shared/seeds is there,
-    with its enable_symm_mem_for_group import pointed at tensorplay_edu.parallel.async_tp."""
+    with its enable_symm_mem_for_group import pointed at tensorplay_edu.async_tp."""
     seed = rank_plans.seed_apply_tp_text()
     for source in [None] + ([seed] if seed else []):
         assert source is None or "torch.distributed._symmetric_memory" in source

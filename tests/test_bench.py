@@ -121,7 +121,7 @@ def test_an_async_pinned_variant_records_what_the_table_needs():
 
 
 def test_ring_waits_counts_transfer_time_under_no_matmul():
-    from tensorplay_edu.timeline import Interval
+    from tensorplay_edu.async_tp.timeline import Interval
 
     tl = [Interval("transfer", "chunk 1", 0.0, 4.0), Interval("compute", "chunk 0", 0.5, 2.0),
           Interval("transfer", "sum 0", 5.0, 6.0), Interval("compute", "chunk 1", 5.0, 5.25),

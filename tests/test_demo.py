@@ -1,4 +1,4 @@
-"""`make demo`'s DP x TP form: python -m tensorplay_edu.demo --world 4 --dp 2."""
+"""`make demo`'s DP x TP form: python -m tensorplay_edu.lab.demo --world 4 --dp 2."""
 
 import os
 import subprocess
@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.mark.parametrize("plan", ["full", "vanilla"])
 def test_demo_dp_by_tp_trains_like_one_device(plan):
-    run = subprocess.run([sys.executable, "-m", "tensorplay_edu.demo", "--world", "4", "--dp", "2", "--plan", plan,
+    run = subprocess.run([sys.executable, "-m", "tensorplay_edu.lab.demo", "--world", "4", "--dp", "2", "--plan", plan,
                           "--steps", "6"], cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "on 2 DDP replicas x 2 TP ranks" in run.stdout and "check against the single-device model: OK" in run.stdout
@@ -20,7 +20,7 @@ def test_demo_dp_by_tp_trains_like_one_device(plan):
 
 
 def test_demo_rejects_a_dp_that_does_not_divide_the_world():
-    run = subprocess.run([sys.executable, "-m", "tensorplay_edu.demo", "--world", "3", "--dp", "2"], cwd=ROOT,
+    run = subprocess.run([sys.executable, "-m", "tensorplay_edu.lab.demo", "--world", "3", "--dp", "2"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "--dp 2 must divide --world 3" in run.stderr
 
@@ -36,7 +36,7 @@ def test_demo_rejects_a_dp_that_does_not_divide_the_world():
 ])
 def test_bad_arguments_are_one_line_usage_errors(argv, message, capsys, monkeypatch):
     """Checked by argparse before any rank starts: exit code 2, the message, no traceback."""
-    from tensorplay_edu import demo
+    from tensorplay_edu.lab import demo
 
     for key in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(key, raising=False)
@@ -48,7 +48,7 @@ def test_bad_arguments_are_one_line_usage_errors(argv, message, capsys, monkeypa
 
 
 def test_steps_zero_from_the_command_line():
-    run = subprocess.run([sys.executable, "-m", "tensorplay_edu.demo", "--steps", "0"], cwd=ROOT,
+    run = subprocess.run([sys.executable, "-m", "tensorplay_edu.lab.demo", "--steps", "0"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     assert run.stderr.splitlines()[-1].endswith("error: argument --steps: must be a positive integer, got '0'")

@@ -11,7 +11,7 @@ import pytest
 
 import rank_device
 from tensorplay_edu import launch
-from tensorplay_edu.torchrun import choose_backend, exit_code
+from tensorplay_edu.launcher.torchrun import choose_backend, exit_code
 
 
 def _clean(results, at_least):

@@ -2,7 +2,7 @@
 
 import torch
 
-from tensorplay_edu.exercise import check, untried
+from tensorplay_edu.lab.exercise import check, untried
 
 
 def test_blanks_anywhere_are_not_tried_yet(capsys):
@@ -38,7 +38,7 @@ def test_wrong_answers_say_where_and_do_not_raise(capsys):
 
 
 def test_check_against_one_process_names_the_rank_and_the_place():
-    from tensorplay_edu.exercise import check_against_one_process
+    from tensorplay_edu.lab.exercise import check_against_one_process
     per_rank = [{"y": torch.ones(2), "n": 1, "extra": 0}, {"y": torch.ones(2), "n": 2, "extra": 0}]
     check_against_one_process(per_rank, lambda r: {"y": torch.ones(2), "n": r + 1})  # extra keys ignored
     for expected, where in ((lambda r: {"y": torch.ones(2), "n": 1}, "rank 1, n: 2, expected 1"),

@@ -237,8 +237,8 @@ def test_float8_padding_through_bytes_is_bit_identical():
 
 def test_gpu_measure_counts_flops_as_scale_does_and_finds_the_peak_by_name():
     from gpu_measure import CONFIGS, model_flops, peak_flops
-    from tensorplay_edu.scale import GPUS, Model, Setup
-    from tensorplay_edu.scale_time import _compute_seconds
+    from tensorplay_edu.cluster import GPUS, Model, Setup
+    from tensorplay_edu.cluster.timing import _compute_seconds
 
     c = CONFIGS["gpu"]
     assert (c["dim"], c["n_heads"], c["n_kv_heads"], c["ffn_hidden"], c["seq"]) == (4096, 32, 8, 14336, 8192)
@@ -248,7 +248,7 @@ def test_gpu_measure_counts_flops_as_scale_does_and_finds_the_peak_by_name():
     assert peak_flops("NVIDIA H100 80GB HBM3") == (989e12, "of H100 SXM's bf16 989 TFLOP/s")
     assert peak_flops("NVIDIA H200")[0] == 989e12
     for name in ("NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA A100-SXM4-80GB"):
-        assert peak_flops(name) == (None, f"peak unknown: {name} is not in tensorplay_edu.scale.GPUS")
+        assert peak_flops(name) == (None, f"peak unknown: {name} is not in tensorplay_edu.cluster.GPUS")
 
 
 def test_gpu_measure_fails_a_non_finite_loss_and_a_float8_loss_far_from_bf16(monkeypatch):

@@ -1,4 +1,4 @@
-"""benchmarks/hand.py, the hand-written Megatron Llama (make bench's floor), against one process, and its
+"""tensorplay_edu/models/by_hand.py, the hand-written Megatron Llama (make bench's floor), against one process, and its
 collectives against tensorplay_edu's for the same plan."""
 
 import pytest

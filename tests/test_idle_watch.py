@@ -3,7 +3,7 @@ them has used no CPU for the whole window. Fake CPU readings and a fake clock: n
 
 from types import SimpleNamespace
 
-from tensorplay_edu.launch_faults import _IdleWatch
+from tensorplay_edu.launcher.faults import _IdleWatch
 
 
 def _watch(busy_ranks, n=3, window=10.0):

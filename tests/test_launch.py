@@ -336,21 +336,21 @@ def test_notebook_defined_function_runs_without_stderr():
 def test_demo_under_torchrun_and_launch():
     env = dict(os.environ, OMP_NUM_THREADS="1")
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    run = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "tensorplay_edu.demo", "--steps", "4"], cwd=ROOT,
+    run = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "tensorplay_edu.lab.demo", "--steps", "4"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "check against the single-device model: OK" in run.stdout and "on 2 rank(s)" in run.stdout
     for flags, ok in [(["--world", "3", "--transitions"], "check against single-process math: OK"),
                       (["--world", "2", "--plan", "vanilla", "--steps", "3", "--dtype", "float32"],
                        "check against the single-device model: OK")]:
-        run = subprocess.run([sys.executable, "-m", "tensorplay_edu.demo", *flags], cwd=ROOT, capture_output=True,
+        run = subprocess.run([sys.executable, "-m", "tensorplay_edu.lab.demo", *flags], cwd=ROOT, capture_output=True,
                              text=True, timeout=240)
         assert run.returncode == 0 and ok in run.stdout, run.stdout + run.stderr
 
 
 def _cpu_and_cuda_meshes():
     import tensorplay_edu as tp
-    from tensorplay_edu.torchrun import current_device
+    from tensorplay_edu.launcher.torchrun import current_device
 
     out = {"device": current_device().type}
     for device in ("cpu", "cuda"):

@@ -63,7 +63,7 @@ def run_two_nodes(*demo_args: str) -> list[tuple[int, str, str]]:
     command = [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
                "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"two-nodes-{port}",
                "--local-addr", "127.0.0.1",  # each "node" says 127.0.0.1, not a hostname that may not resolve
-               "-m", "tensorplay_edu.demo", *demo_args]
+               "-m", "tensorplay_edu.lab.demo", *demo_args]
     procs = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]  # no --node-rank: c10d gives each node its rank as it joins
     deadline, outputs = time.monotonic() + TIMEOUT, []

@@ -1,4 +1,4 @@
-"""NCCLRulesMode (tensorplay_edu.nccl_rules): the package keeps NCCL's and CUDA's rules (the demo, both
+"""NCCLRulesMode (tensorplay_edu.gpu_rules.nccl): the package keeps NCCL's and CUDA's rules (the demo, both
 plans, float8, async TP and DP x TP under the checker, with the single-device answer), and each rule,
 broken on purpose, is reported (the first diverging collective, the rank) instead of hanging."""
 
@@ -16,8 +16,8 @@ import rank_nccl_rules
 from tensorplay_edu import launch
 from tensorplay_edu.float8 import convert_to_float8_training
 from tensorplay_edu.launcher import RankError
-from tensorplay_edu.nccl_rules import ENV, NCCLRuleError, NCCLRulesMode, _local_rules
-from tensorplay_edu.scaled_mm_rules import problems
+from tensorplay_edu.gpu_rules.nccl import ENV, NCCLRuleError, NCCLRulesMode, _local_rules
+from tensorplay_edu.gpu_rules.scaled_mm import problems
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,7 +39,7 @@ def test_plans_float8_async_and_dp_by_tp_keep_the_rules_and_the_answer():
 
 def test_the_demo_runs_under_the_env_switch_unchanged():
     env = dict(os.environ, **{ENV: "1"})
-    run = subprocess.run([sys.executable, "-m", "tensorplay_edu.demo", "--world", "4", "--dp", "2", "--steps", "2"],
+    run = subprocess.run([sys.executable, "-m", "tensorplay_edu.lab.demo", "--world", "4", "--dp", "2", "--steps", "2"],
                          cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "check against the single-device model: OK" in run.stdout

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tensorplay_edu.plan import RESERVE, main, plan
-from tensorplay_edu.scale import GPUS, MODELS, memory, step_time
+from tensorplay_edu.cluster.search import RESERVE, main, plan
+from tensorplay_edu.cluster import GPUS, MODELS, memory, step_time
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _cli(*args):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "tensorplay_edu.plan", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tensorplay_edu.cluster.search", *args], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=300)
 
 
@@ -106,11 +106,11 @@ def test_cli_bad_input_through_a_subprocess():
 
 
 def test_readme_example_is_the_planner_output():
-    """README's "Plan a run" shows the planner's real output (regenerate it when scale.py changes)."""
-    from tensorplay_edu.plan import format_plan
+    """README's "Plan a run" shows the planner's real output (regenerate it when cluster/model.py changes)."""
+    from tensorplay_edu.cluster.search import format_plan
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Plan a run"):]
-    assert "python -m tensorplay_edu.plan --model llama3-70b --gpus 64 --gpu h100 --seq 8192" in section
+    assert "python -m tensorplay_edu.cluster.search --model llama3-70b --gpus 64 --gpu h100 --seq 8192" in section
     shown = section[section.index("```text\n") + 8:]
     shown = shown[:shown.index("\n```")]
     assert shown == format_plan("llama3-70b", 64, "h100", seq=8192, batch=1, top=3)

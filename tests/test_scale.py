@@ -1,4 +1,4 @@
-"""tensorplay_edu.scale: parameter counts, the memory conventions, Korthikanti's formulas, the α–β
+"""tensorplay_edu.cluster: parameter counts, the memory conventions, Korthikanti's formulas, the α–β
 algebra, TP bytes against CommDebugMode, the arithmetic-intensity argument, fitting the CPU's constants."""
 
 import math
@@ -7,7 +7,7 @@ import pytest
 
 from tensorplay_edu import launch
 from tensorplay_edu.debug import CommRecord
-from tensorplay_edu.scale import (GPUS, LOGIT_PEAK_BYTES, MODELS, NCCL_BASE_LATENCY, Model, Setup, collective_time,
+from tensorplay_edu.cluster import (GPUS, LOGIT_PEAK_BYTES, MODELS, NCCL_BASE_LATENCY, Model, Setup, collective_time,
                                   fit_cpu, korthikanti_activations, llama_activations, memory, predict_step,
                                   published_checks, ring_terms, step_time, tp_bytes_per_layer,
                                   tp_collectives_per_layer, tp_compute_over_comm, tp_crossover_tokens, tp_max_inside,
@@ -222,10 +222,10 @@ def test_published_checks_rows():
 def test_the_scale_modules_import_in_any_order():
     import subprocess
     import sys
-    for first in ("scale_checks", "scale_memory", "scale_time", "scale"):
-        code = (f"import tensorplay_edu.{first}; import tensorplay_edu.scale as s; "
-                "import tensorplay_edu.scale_checks as c, tensorplay_edu.scale_memory as m; "
-                "import tensorplay_edu.scale_time as t; "
+    for first in ("cluster.published", "cluster.memory_use", "cluster.timing", "cluster.model", "cluster.search"):
+        code = (f"import tensorplay_edu.{first}; import tensorplay_edu.cluster as s; "
+                "import tensorplay_edu.cluster.published as c, tensorplay_edu.cluster.memory_use as m; "
+                "import tensorplay_edu.cluster.timing as t; "
                 "assert s.fit_cpu is c.fit_cpu and s.published_checks is c.published_checks; "
                 "assert s.memory is m.memory and s.step_time is t.step_time and s.tp_rings is t.tp_rings; "
                 "assert all(hasattr(s, name) for name in s.__all__)")

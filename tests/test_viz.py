@@ -206,7 +206,7 @@ def test_trace_flow_names_float8_inputs_and_collectives():
 def test_timeline_lanes_bars_and_labels():
     """Two ranks, a compute and a transfer lane each; bars in ms, coloured by kind (not by rank), the rank
     colour only on the strip marking its lanes; a label where it fits, the chunk number where only that fits."""
-    from tensorplay_edu.timeline import Interval
+    from tensorplay_edu.async_tp.timeline import Interval
     from tensorplay_edu.viz import LANE_COLORS, draw_timeline
 
     per_rank = [[Interval("compute", "chunk 0", 0.0, 0.004), Interval("transfer", "chunk 1", 0.0, 0.005),

@@ -26,9 +26,10 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .. import debug, nccl_rules
+from .. import debug
+from ..gpu_rules import nccl as nccl_rules
 from ..parallel.style import fqn
-from ..parallel.async_tp import ring_gather, ring_ok_rows, ring_reduce_scatter
+from ..async_tp.ring import ring_gather, ring_ok_rows, ring_reduce_scatter
 from ..placement import Partial, Replicate, Shard, chunk_offset, chunk_sizes
 from ..transition import redistribute_local
 from .config import Float8LinearConfig
@@ -75,7 +76,7 @@ def float8_mm(a: torch.Tensor, scale_a, b: torch.Tensor, scale_b, out_dtype: tor
 
     CUDA's float8 kernels want K and N in multiples of 16; a TP shard often is not (a hidden
     size of 688 over 4 ranks: 172), so on a GPU both are zero-padded (``pad_to``; zeros add
-    nothing to the product) and the result trimmed.  Under :class:`~tensorplay_edu.nccl_rules.NCCLRulesMode`
+    nothing to the product) and the result trimmed.  Under :class:`~tensorplay_edu.gpu_rules.nccl.NCCLRulesMode`
     the CPU pads the same way, so the checked matmuls are the ones a GPU runs.
     """
     if emulate or out_dtype == torch.float64:  # torchao's emulation: dequantize, multiply, one cast at the end
@@ -110,7 +111,7 @@ class _Float8Linear(torch.autograd.Function):
     """``y = x @ W^T`` in float8 (then reduced over TP ranks if ``spec.reduce``); backward in float8.
 
     With a sequence-sharded ``reduce`` under async TP the reduce-scatter runs as a ring fused
-    with the matmul, and its backward as a ring of e5m2 gradient chunks (``async_tp.py``)."""
+    with the matmul, and its backward as a ring of e5m2 gradient chunks (``async_tp/ring.py``)."""
 
     @staticmethod
     def forward(ctx, x, weight, x8: Scaled | None, spec: Float8Spec):

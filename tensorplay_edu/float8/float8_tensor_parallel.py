@@ -39,7 +39,7 @@ from torch.autograd.function import once_differentiable
 
 from .. import debug
 from ..dtensor import DTensor
-from ..parallel.async_tp import RingInput, _rows, ring_gather, ring_ok, ring_reduce_scatter
+from ..async_tp.ring import RingInput, _rows, ring_gather, ring_ok, ring_reduce_scatter
 from ..parallel.prepare import PrepareModuleInput
 from ..parallel.style import ColwiseParallel, RowwiseParallel, fqn, input_as_dtensor, ring_input
 from ..placement import Partial, Replicate, Shard
@@ -80,7 +80,7 @@ class _Float8Gather(torch.autograd.Function):
 class _Float8GatherMatmul(torch.autograd.Function):
     """Async TP with float8 readers: the e4m3 chunks of the block input travel a ring, each
     multiplied by every reader's float8 weight on arrival; backward, the readers' e5m2
-    gradients give the input gradient through a reduce-scatter ring (see async_tp.py)."""
+    gradients give the input gradient through a reduce-scatter ring (see async_tp/ring.py)."""
 
     @staticmethod
     def forward(ctx, x, mesh, dim: int, sizes: list[int], specs: tuple, *weights):

@@ -19,7 +19,7 @@ The signature and flags are torchtitan's.  ``loss_parallel`` is accepted and unu
 as in the vanilla form (the logits come out replicated).  ``enable_float8_tensorwise_tp``
 swaps in the float8 styles (:mod:`tensorplay_edu.float8.float8_tensor_parallel`; convert the
 model with ``convert_to_float8_training`` first, leaving ``output`` in high precision);
-``enable_async_tp`` marks the TP group for async TP (:mod:`tensorplay_edu.parallel.async_tp`),
+``enable_async_tp`` marks the TP group for async TP (:mod:`tensorplay_edu.async_tp`),
 which in this vanilla plan changes nothing: it has no all-gather or reduce-scatter to
 decompose, only all-reduces (PyTorch's compiler pass does nothing there either).
 """
@@ -65,7 +65,7 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, loss_parallel: bool, enable_
     if enable_async_tp:  # torchtitan's two lines: the TP group's all-gathers and reduce-scatters run decomposed
         import torch._inductor.config
 
-        from ..parallel.async_tp import enable_symm_mem_for_group
+        from ..async_tp.ring import enable_symm_mem_for_group
 
         torch._inductor.config._micro_pipeline_tp = True
         enable_symm_mem_for_group(tp_mesh.get_group().group_name)

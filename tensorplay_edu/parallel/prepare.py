@@ -18,7 +18,7 @@ from ..debug import module_scope
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Placement, Replicate, Shard
-from .async_tp import is_async, ring_ok
+from ..async_tp.ring import is_async, ring_ok
 from .rng import follow_layout
 from .style import ParallelStyle, claim, fqn, ring_input, to_layout
 

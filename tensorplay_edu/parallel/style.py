@@ -36,8 +36,8 @@ from ..debug import current_module, module_scope
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Partial, Placement, Replicate, Shard, chunk_offset, chunk_sizes
-from .async_tp import MatmulReduceScatter, RingInput, is_async, ring_ok, ring_ok_rows
-from .async_tp import logger as async_logger
+from ..async_tp.ring import MatmulReduceScatter, RingInput, is_async, ring_ok, ring_ok_rows
+from ..async_tp.ring import logger as async_logger
 from .grad_sync import partial_gradient
 from .init import install_reset_parameters
 from .own_forward import overrides_forward, partial_gradients_of_extras, partial_own_forward, vocab_parallel_embedding
@@ -209,7 +209,7 @@ class ColwiseParallel(_LinearOrEmbedding):
             distribute_param(module, name, placement, mesh, self.src_data_rank)
         if _own_forward(module):
             partial_gradients_of_extras(module, mesh, fqn(module))  # they read this rank's output features only
-        if isinstance(module, nn.Linear):  # a reader of a (maybe ring-gathered, see async_tp.py) input
+        if isinstance(module, nn.Linear):  # a reader of a (maybe ring-gathered, see async_tp/ring.py) input
             module._tp_colwise = True
             module.forward = types.MethodType(_colwise_linear, module)
         if hasattr(module, "float8_spec"):  # a Float8Linear: its weight rows and output columns are cut, so their
@@ -316,7 +316,7 @@ def _partial_linear(self: nn.Linear, mesh: DeviceMesh, output: Placement, x: tor
     """Rowwise Linear forward: ``x_local @ W_local^T``, a partial sum; the bias comes later.
 
     Under async TP with a sharded output the matmul and its reduce-scatter run as one ring
-    (async_tp.py) and come back reduced, as a DTensor.  A Float8Linear runs its float8 matmul
+    (async_tp/ring.py) and come back reduced, as a DTensor.  A Float8Linear runs its float8 matmul
     (the reduction that follows stays in high precision, and synchronous)."""
     if hasattr(self, "float8_spec"):
         if isinstance(output, Shard) and is_async(mesh):

@@ -13,7 +13,7 @@ next rank and receives one from the previous rank, all at the same time.
   complete on rank ``d``.
 
 Either way each rank sends ``t - 1`` chunks, ``(t - 1)/t * n`` bytes.  (The same schedules as
-the collective matmul rings of :mod:`tensorplay_edu.parallel.async_tp`, notebook 10.)
+the collective matmul rings of :mod:`tensorplay_edu.async_tp`, notebook 10.)
 
 :func:`ring_steps` runs a ring on *sets of ranks* (whose data a buffer slot holds), and
 :func:`draw_ring` draws it, one panel per step.  Matplotlib only; the Figure is returned.

@@ -175,7 +175,7 @@ def _bar_labels(ivs, t):
 
 
 def draw_timeline(per_rank_intervals, title=None, *, rings=None, ring_size=None):
-    """A Gantt chart of :class:`~tensorplay_edu.timeline.Timeline` intervals.  ``per_rank_intervals[r]``
+    """A Gantt chart of :class:`~tensorplay_edu.async_tp.timeline.Timeline` intervals.  ``per_rank_intervals[r]``
     lists rank r's ``Interval``s (or plain ``(kind, label, start, end)`` tuples, in seconds).  Each rank,
     top to bottom, gets a compute lane above a transfer lane, marked on the left by a strip in its colour.
     Each interval is a bar labelled with what it is, as much as fits: ``"step 2/3: matmul chunk 1"``

@@ -14,7 +14,7 @@ The CPU kernel of ``torch._scaled_mm`` multiplies almost anything; the CUDA one 
   output that is not bfloat16 (the rowwise kernel, ``f8f8bf16_rowwise``, writes bfloat16; the
   portable rule, newer cuBLASLt builds on the newest GPUs accept more).
 
-:class:`~tensorplay_edu.nccl_rules.NCCLRulesMode` wraps ``torch._scaled_mm`` with :func:`checked`
+:class:`~tensorplay_edu.gpu_rules.nccl.NCCLRulesMode` wraps ``torch._scaled_mm`` with :func:`checked`
 while it is active.  Under the mode the float8 Linear (``float8_mm``) pads K and N to multiples
 of 16 on the CPU as it does on CUDA, so the matmuls checked are the ones a GPU will run; a direct
 call is checked as called.
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from . import debug
+from .. import debug
 
 __all__ = ["problems", "checked"]
 

@@ -1,13 +1,13 @@
 """`make demo`: train the small Llama with tensor parallelism beside the single-device
 model, and show that they stay equal.
 
-    python -m tensorplay_edu.demo                          # 4 gloo ranks, full plan, 30 steps
-    python -m tensorplay_edu.demo --world 2 --plan vanilla --steps 10
-    python -m tensorplay_edu.demo --world 4 --dp 2         # DP x TP: PyTorch's DDP over 2 TP groups of 2
-    python -m tensorplay_edu.demo --transitions            # the transition table, move by move
-    torchrun --nproc-per-node 2 -m tensorplay_edu.demo     # the same code under torchrun (NCCL on GPUs)
+    python -m tensorplay_edu.lab.demo                          # 4 gloo ranks, full plan, 30 steps
+    python -m tensorplay_edu.lab.demo --world 2 --plan vanilla --steps 10
+    python -m tensorplay_edu.lab.demo --world 4 --dp 2         # DP x TP: PyTorch's DDP over 2 TP groups of 2
+    python -m tensorplay_edu.lab.demo --transitions            # the transition table, move by move
+    torchrun --nproc-per-node 2 -m tensorplay_edu.lab.demo     # the same code under torchrun (NCCL on GPUs)
     torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint HOST:29500 --rdzv-id demo \\
-        -m tensorplay_edu.demo --dp 2                      # on each of 2 nodes: DP across them, TP inside
+        -m tensorplay_edu.lab.demo --dp 2                      # on each of 2 nodes: DP across them, TP inside
 
 Prints the largest loss difference, the collectives of one training step, each rank's
 parameter bytes, and each rank's node with the TP groups (each must lie inside one node);
@@ -28,12 +28,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from . import demo_transitions
-from .debug import CommDebugMode, ddp_comm_hook
-from .launcher import launch
-from .torchrun import current_device, run_from_env
-from .mesh import init_device_mesh, mesh_groups
-from .models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
+from . import transitions as demo_transitions
+from ..debug import CommDebugMode, ddp_comm_hook
+from ..launcher.spawn import launch
+from ..launcher.torchrun import current_device, run_from_env
+from ..mesh import init_device_mesh, mesh_groups
+from ..models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
 
 ARGS = ModelArgs(dim=64, n_layers=2, n_heads=8, vocab_size=256, max_seq_len=32)
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}

@@ -4,7 +4,7 @@
         loss.backward()
     tl.intervals     # [Interval("compute", "chunk 2", start_s, end_s), Interval("transfer", ...), ...]
 
-The decomposed collectives of async TP (:mod:`tensorplay_edu.parallel.async_tp`) mark their
+The decomposed collectives of async TP (:mod:`tensorplay_edu.async_tp`) mark their
 matmuls (``compute``) and their ring steps (``transfer``: from the moment a chunk is handed
 to the backend until the rank has it in hand, which it checks after its matmul: a transfer
 bar as long as the matmul beside it may have finished earlier; one that outlasts it shows

@@ -1,13 +1,13 @@
-"""Memory per GPU, by component: the half of :mod:`tensorplay_edu.scale` that counts bytes.
+"""Memory per GPU, by component: the half of :mod:`tensorplay_edu.cluster` that counts bytes.
 
 What one block saves for backward (this package's Llama, measured to the byte in notebook 04, or
 Korthikanti et al.'s GPT layer), the loss's peak (measured in notebook 05), and the weights, gradients
-and optimizer state of mixed-precision AdamW under TP and FSDP. Import it from ``tensorplay_edu.scale``.
+and optimizer state of mixed-precision AdamW under TP and FSDP. Import it from ``tensorplay_edu.cluster``.
 """
 
 from __future__ import annotations
 
-from .scale import Model, Setup
+from .model import Model, Setup
 
 __all__ = ["korthikanti_activations", "llama_activations", "LOGIT_PEAK_BYTES", "memory"]
 

@@ -49,7 +49,8 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from .. import collectives as C
-from .. import debug, timeline
+from .. import debug
+from . import timeline
 from ..placement import chunk_offset, chunk_sizes
 
 __all__ = ["enable_symm_mem_for_group", "enable_async_tp", "is_async", "ring_ok", "ring_ok_rows", "RingInput",
@@ -109,7 +110,7 @@ def ring_refusal(dim: int, ndim: int, sizes: list[int], readers=()) -> str | Non
 
 def ring_ok(x, readers, mesh) -> bool:
     """Async TP on, and a ring right for this sharded input (a DTensor) and its readers? A
-    refused ring is logged (logger ``tensorplay_edu.parallel.async_tp``) and the caller gathers."""
+    refused ring is logged (logger ``tensorplay_edu.async_tp``) and the caller gathers."""
     if not is_async(mesh):
         return False
     dim = x.placements[0].dim

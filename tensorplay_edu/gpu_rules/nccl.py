@@ -5,7 +5,7 @@
         loss.backward()
     print(rules.table())                    # every collective this rank issued, numbered per group
 
-    TENSORPLAY_CHECK_NCCL=1 torchrun --nproc-per-node 4 -m tensorplay_edu.demo    # the same, unchanged code
+    TENSORPLAY_CHECK_NCCL=1 torchrun --nproc-per-node 4 -m tensorplay_edu.lab.demo    # the same, unchanged code
 
 gloo forgives what NCCL does not.  Two ranks that issue different collectives on gloo often
 fail at once ("Connection closed by peer", "Received data size doesn't match"); on NCCL they
@@ -34,7 +34,7 @@ hang, but almost always a bug (two ranks disagree on the layout).
 Checking before issuing means the first divergence is the one reported, and nothing hangs.
 While the mode is active, ``torch._scaled_mm`` (the float8 matmul of
 :mod:`tensorplay_edu.float8`) is checked too, against the CUDA kernel's rules
-(:mod:`tensorplay_edu.scaled_mm_rules`), and ``float8_mm`` takes its CUDA path on the CPU
+(:mod:`tensorplay_edu.gpu_rules.scaled_mm`), and ``float8_mm`` takes its CUDA path on the CPU
 (K and N zero-padded to multiples of 16), so the code a GPU will run is the code checked.
 
 The references, and what each sees:
@@ -65,7 +65,8 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
-from . import debug, scaled_mm_rules
+from .. import debug
+from . import scaled_mm as scaled_mm_rules
 
 __all__ = ["NCCLRulesMode", "NCCLRuleError", "Issued", "ENV", "from_env", "summary", "active"]
 

@@ -2,10 +2,10 @@
 
 Every number of scale in the notebooks comes from here, so that they agree with each other. This file
 holds the hardware, the shapes, the layout of a step (:class:`Setup`) and the price of one collective;
-memory lives in ``scale_memory.py``, step time in ``scale_time.py``, the checks against this CPU and
-published figures in ``scale_checks.py``. Import everything from here:
+memory lives in ``cluster/memory_use.py``, step time in ``cluster/timing.py``, the checks against this CPU and
+published figures in ``cluster/published.py``. Import everything from here:
 
-    from tensorplay_edu.scale import GPUS, MODELS, Setup, memory, step_time
+    from tensorplay_edu.cluster import GPUS, MODELS, Setup, memory, step_time
     memory(MODELS["llama3-70b"], Setup(tp=8, sp=True, dp=8, fsdp=True))   # bytes per GPU by component
     step_time(MODELS["llama3-70b"], Setup(tp=8, sp=True, dp=8, fsdp=True), GPUS["h100"])
 
@@ -20,11 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GPU", "GPUS", "Model", "MODELS", "Setup", "DEFAULT_MFU", "memory", "korthikanti_activations",
-           "FLOAT8_EFFICIENCY", "NCCL_BASE_LATENCY", "LOGIT_PEAK_BYTES", "llama_activations", "ring_steps",
-           "ring_terms", "collective_time", "tp_rings", "tp_collectives_per_layer", "tp_bytes_per_layer", "step_time",
-           "tp_crossover_tokens", "tp_compute_over_comm", "tp_max_inside", "fit_cpu", "predict_step",
-           "published_checks"]
+__all__ = ["GPU", "GPUS", "Model", "MODELS", "Setup", "DEFAULT_MFU", "FLOAT8_EFFICIENCY", "NCCL_BASE_LATENCY",
+           "ring_steps", "ring_terms", "collective_time"]
 
 
 @dataclass(frozen=True)
@@ -172,19 +169,3 @@ DEFAULT_MFU = 0.38
 # 8B table (FSDP + compile: 6,667 -> 8,532 tokens/s/GPU with float8, 1.28x) comes out; the 70B TP
 # table (float8 tensorwise, 1.36x) is then an independent check (see published_checks).
 FLOAT8_EFFICIENCY = 0.7
-
-
-# The names that live in the three companion files, looked up on first use (PEP 562), so that any of
-# the four modules may be imported first.
-_ELSEWHERE = {"scale_memory": ("korthikanti_activations", "llama_activations", "LOGIT_PEAK_BYTES", "memory"),
-              "scale_time": ("tp_collectives_per_layer", "tp_bytes_per_layer", "tp_rings", "step_time",
-                             "tp_compute_over_comm", "tp_crossover_tokens", "tp_max_inside"),
-              "scale_checks": ("fit_cpu", "predict_step", "published_checks")}
-
-
-def __getattr__(name: str):
-    for module, names in _ELSEWHERE.items():
-        if name in names:
-            import importlib
-            return getattr(importlib.import_module(f".{module}", __package__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

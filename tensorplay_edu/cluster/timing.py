@@ -1,16 +1,16 @@
-"""Step time: the half of :mod:`tensorplay_edu.scale` that counts seconds.
+"""Step time: the half of :mod:`tensorplay_edu.cluster` that counts seconds.
 
 FLOPs at a sustained fraction of the peak, each TP collective of a block priced by
-:func:`tensorplay_edu.scale.ring_terms` (and hidden under its own matmul by async TP), the data-parallel
+:func:`tensorplay_edu.cluster.ring_terms` (and hidden under its own matmul by async TP), the data-parallel
 gradient traffic, and when TP stops paying (compute against TP traffic per block). Import it from
-``tensorplay_edu.scale``.
+``tensorplay_edu.cluster``.
 """
 
 from __future__ import annotations
 
 import math
 
-from .scale import (DEFAULT_MFU, FLOAT8_EFFICIENCY, GPU, NCCL_BASE_LATENCY, Model, Setup, _link,
+from .model import (DEFAULT_MFU, FLOAT8_EFFICIENCY, GPU, NCCL_BASE_LATENCY, Model, Setup, _link,
                     collective_time)
 
 __all__ = ["tp_collectives_per_layer", "tp_bytes_per_layer", "tp_rings", "step_time", "tp_compute_over_comm",

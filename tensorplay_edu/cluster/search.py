@@ -1,11 +1,11 @@
 """Plan a training run: which (TP, SP, loss_parallel, float8, async TP, FSDP/DP) layouts fit, and how fast.
 
-    python -m tensorplay_edu.plan --model llama3-70b --gpus 64 --gpu h100 --seq 8192
-    python -m tensorplay_edu.plan --model llama3-8b --gpus 8 --batch 2 --top 5
+    python -m tensorplay_edu.cluster.search --model llama3-70b --gpus 64 --gpu h100 --seq 8192
+    python -m tensorplay_edu.cluster.search --model llama3-8b --gpus 8 --batch 2 --top 5
 
 or, from a notebook, ``feasible, refused = plan("llama3-70b", 64, "h100", seq=8192, batch=1)``.
 
-Every number comes from :mod:`tensorplay_edu.scale` (its docstrings state the conventions): memory
+Every number comes from :mod:`tensorplay_edu.cluster` (its docstrings state the conventions): memory
 per GPU by component, the predicted step time and tokens/s. The planner tries every TP degree t that
 divides the GPU count, and, for t > 1, SP on or off, loss_parallel on or off, async TP (with SP only:
 it fuses SP's all-gather and reduce-scatter into the matmuls), float8 on or off, and over the
@@ -25,7 +25,9 @@ import argparse
 import sys
 from dataclasses import replace
 
-from .scale import GPU, GPUS, MODELS, Model, Setup, memory, step_time
+from .memory_use import memory
+from .model import GPU, GPUS, MODELS, Model, Setup
+from .timing import step_time
 
 __all__ = ["plan", "format_plan", "main"]
 
@@ -77,7 +79,7 @@ def plan(model, gpus: int, gpu="h100", seq: int = 8192, batch: int = 1, reserve:
     when its memory per GPU is at most ``(1 - reserve)`` of the HBM.
 
     ``feasible``: dicts ``{"setup", "memory" (bytes by component), "total" (bytes), "time"
-    (:func:`tensorplay_edu.scale.step_time`)}``, best first (most tokens/s; then smaller TP; then least memory).
+    (:func:`tensorplay_edu.cluster.timing`)}``, best first (most tokens/s; then smaller TP; then least memory).
     ``refused``: dicts ``{"setup", "reason", "over" (bytes over the usable HBM, 0 for a structural reason)}``,
     structural reasons first, then out of memory closest to fitting first."""
     model, gpu = _resolve(model, gpu)
@@ -160,7 +162,7 @@ def format_plan(model, gpus: int, gpu="h100", seq: int = 8192, batch: int = 1, t
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tensorplay_edu.plan", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tensorplay_edu.cluster.search", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="llama3-70b", help=f"one of: {', '.join(MODELS)}")
     parser.add_argument("--gpus", type=int, default=64, help="GPUs in the job (a whole number of nodes)")
     parser.add_argument("--gpu", default="h100", help=f"one of: {', '.join(GPUS)}")

@@ -1,4 +1,4 @@
-"""The model of scale (:mod:`tensorplay_edu.scale`) held against the world.
+"""The model of scale (:mod:`tensorplay_edu.cluster`) held against the world.
 
 * :func:`fit_cpu` and :func:`predict_step`: fit this machine's α, β and matmul FLOP/s from measured
   samples, then predict a step from its FLOPs and the collectives CommDebugMode recorded (notebook 07
@@ -6,14 +6,14 @@
 * :func:`published_checks`: our estimates beside published figures (Korthikanti et al.'s activation
   accounting, torchtitan's Llama 3 H100 tables, torchao's float8 speed-ups), with the ratio and source.
 
-All three are importable from :mod:`tensorplay_edu.scale` as well.
+All three are importable from :mod:`tensorplay_edu.cluster` as well.
 """
 
 from __future__ import annotations
 
-from .scale import GPU, GPUS, MODELS, Setup, ring_steps
-from .scale_memory import korthikanti_activations, llama_activations, memory
-from .scale_time import step_time
+from .model import GPU, GPUS, MODELS, Setup, ring_steps
+from .memory_use import korthikanti_activations, llama_activations, memory
+from .timing import step_time
 
 __all__ = ["fit_cpu", "predict_step", "published_checks"]
 

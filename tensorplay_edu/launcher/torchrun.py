@@ -1,6 +1,6 @@
 """Running under ``torchrun`` (or any launcher that sets RANK / WORLD_SIZE / LOCAL_RANK).
 
-    torchrun --nproc-per-node 2 -m tensorplay_edu.demo
+    torchrun --nproc-per-node 2 -m tensorplay_edu.lab.demo
 
 :func:`run_from_env` starts the default group from the environment, runs the worker
 function, and ends the rank the way :func:`tensorplay_edu.launch` ends its ranks
@@ -19,7 +19,7 @@ Which backend (:func:`choose_backend`):
 The timeout is PyTorch's 10 minutes (a rank loading a checkpoint while the others wait
 in a collective must not be killed), and NCCL is told its device (``device_id``) up front.
 With ``TENSORPLAY_CHECK_NCCL=1`` every rank then checks NCCL's rules
-(:class:`~tensorplay_edu.nccl_rules.NCCLRulesMode`) for the rest of its life.
+(:class:`~tensorplay_edu.gpu_rules.nccl.NCCLRulesMode`) for the rest of its life.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from . import nccl_rules
+from ..gpu_rules import nccl as nccl_rules
 
 __all__ = ["choose_backend", "backends", "current_device", "init_from_env", "run_from_env", "finish"]
 

@@ -1,4 +1,4 @@
-"""`python -m tensorplay_edu.demo --transitions`: every move of the transition table on
+"""`python -m tensorplay_edu.lab.demo --transitions`: every move of the transition table on
 several ranks, checked against single-process math, then a two-layer MLP built from the
 table's f and g operators.
 """
@@ -8,11 +8,11 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .debug import CommDebugMode
-from .dtensor import DTensor
-from .torchrun import current_device
-from .mesh import init_device_mesh
-from .placement import Partial, Replicate, Shard
+from ..debug import CommDebugMode
+from ..dtensor import DTensor
+from ..launcher.torchrun import current_device
+from ..mesh import init_device_mesh
+from ..placement import Partial, Replicate, Shard
 
 MOVES = [  # (source, target) on a [batch, seq, hidden] activation
     (Shard(1), Replicate()), (Partial(), Replicate()), (Partial(), Shard(1)),

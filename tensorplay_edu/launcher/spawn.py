@@ -47,9 +47,9 @@ How :func:`launch` avoids the known failure modes:
 * **exit**: each rank ends with barrier -> ``destroy_process_group`` -> flush ->
   ``os._exit``, which avoids gloo's abort at interpreter exit (pytorch/pytorch#190489).
 
-Under torchrun, :func:`~tensorplay_edu.torchrun.run_from_env` runs the same worker
-function (see :mod:`tensorplay_edu.torchrun`).  How a failure is named and explained, and how
-hung ranks are told from working ones: :mod:`tensorplay_edu.launch_faults`.
+Under torchrun, :func:`~tensorplay_edu.launcher.torchrun.run_from_env` runs the same worker
+function (see :mod:`tensorplay_edu.launcher.torchrun`).  How a failure is named and explained, and how
+hung ranks are told from working ones: :mod:`tensorplay_edu.launcher.faults`.
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
-from . import nccl_rules
-from .launch_faults import (_GRACE, _IDLE_EXTRA, RankError, _check_arguments, _IdleWatch, _kind, _rank_error,
+from ..gpu_rules import nccl as nccl_rules
+from .faults import (_GRACE, _IDLE_EXTRA, RankError, _check_arguments, _IdleWatch, _kind, _rank_error,
                             _read)
 from .torchrun import current_device, finish, init_from_env, run_from_env  # noqa: F401  (re-exported)
 
