@@ -11,7 +11,7 @@
 #   b.  the transition table under torchrun (-m tensorplay_edu.lab.demo --transitions)
 #   c.  no host synchronisation in a training step (bf16 vanilla and full, float8, async TP, AdamW's
 #       step): benchmarks/gpu_sync_check.py (a TorchDispatchMode, torch.cuda.set_sync_debug_mode)
-#   d1-d5. MEASURED, the GPU-sized model (benchmarks/gpu_measure.py: dim 4096, 32 / 8 heads, FFN 14336,
+#   d1-d5. MEASURED, the GPU-sized model (benchmarks/gpu_model.py: dim 4096, 32 / 8 heads, FFN 14336,
 #       4 layers, 8192 tokens, bf16, full plan; ours with the norms' gradients in one bucket, as make
 #       bench): tokens/s, MFU and peak memory per GPU of ours (d1),
 #       ours float8 (d2), ours async TP (d3), PyTorch's TP (d4), the hand-written floor (d5)

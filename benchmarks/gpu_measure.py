@@ -3,65 +3,44 @@
     torchrun --standalone --nproc-per-node 8 benchmarks/gpu_run.py benchmarks/gpu_measure.py --check d
     torchrun --standalone --nproc-per-node 8 benchmarks/gpu_run.py benchmarks/gpu_measure.py --check e
 
-The model is Llama-3-8B's block at a few layers (``CONFIGS["gpu"]``: dim 4096, 32 query and 8
-key-value heads, FFN 14336, vocabulary 128256, 4 layers, one sequence of 8192 tokens, bf16,
-the full plan): 4 layers so that the float8 model of ``e2`` still trains on ONE 80 GB GPU as its
-reference (about 32 GiB by :func:`reference_bytes`, logits included; no GPU has run it yet; ``e2``
-SKIPs, saying so, on a GPU with less than that plus 10%). Each rank builds
-the model on its device from the same seed.
+The model is gpu_model.py's (``--config gpu``: Llama-3-8B's block at 4 layers, 8192 tokens, bf16, full plan).
 
-``--check d``, one MEASURED line each (a measurement has no threshold: nothing here can PASS):
-``d1`` ours, ``d2`` ours with float8, ``d3`` ours with async TP, ``d4`` PyTorch's own TP (bench.py's
-``torch_parallelize``), ``d5`` the hand-written floor (models/by_hand.py). Ours (d1-d3, and the e lines) puts the
-norms' partial gradients in one bucket (``bucket_partial_grads``), as ``make bench`` and the floor do,
-so that d1 and d5 are like for like. Each gives tokens/s
-(b·s tokens per step over the median step of the slowest rank), the MFU (:func:`model_flops`
-per GPU over the step time and the GPU's bf16 peak from ``tensorplay_edu.cluster.GPUS``, found
-by the GPU's name; "peak unknown" otherwise) and the peak memory allocated per GPU during the
-steps (the largest over the ranks).
+``--check d``, one MEASURED line each (a measurement has no threshold: nothing here can PASS): ``d1`` ours,
+``d2`` ours with float8, ``d3`` ours with async TP, ``d4`` PyTorch's own TP, ``d5`` the hand-written floor.
+Ours puts the norms' partial gradients in one bucket, as ``make bench`` and the floor do, so that d1 and d5
+are like for like. Each gives tokens/s (b·s tokens per step over the median step of the slowest rank), the
+MFU (:func:`model_flops` per GPU over the step time and the GPU's bf16 peak) and the peak memory allocated
+per GPU during the steps (the largest over the ranks).
 
-``--check e``: the losses of ``MATCH_STEPS`` AdamW steps, compared with a stated absolute
-tolerance (``TOLERANCE``), every loss finite (a NaN FAILs, naming its step): ``e1`` ours against
-PyTorch's TP in bf16, ``e2`` float8 TP against the same float8 model on one GPU (rank 0's) AND
-against e1's bf16 losses within ``FLOAT8_VS_BF16``, its loss falling (a float8 bug shared by both
-float8 sides shows there), ``e3`` async TP against synchronous TP.
+``--check e``: the losses of ``MATCH_STEPS`` AdamW steps, compared with a stated absolute tolerance
+(``TOLERANCE``), every loss finite (a NaN FAILs, naming its step): ``e1`` ours against PyTorch's TP in bf16,
+``e2`` float8 TP against the same float8 model on one GPU (rank 0's; SKIP on a GPU too small for it) AND
+against e1's bf16 losses within ``FLOAT8_VS_BF16``, its loss falling (a float8 bug shared by both float8
+sides shows there), ``e3`` async TP against synchronous TP.
 
-Every line names the backend and the device it ran on. ``--config tiny`` is the CPU dry run's
-model (seconds on gloo ranks); ``--skip-float8 WHY`` prints d2 and e2 as SKIP (old GPUs).
+Every line names the backend and the device it ran on. ``--config tiny`` is the CPU dry run's model
+(seconds on gloo ranks); ``--skip-float8 WHY`` prints d2 and e2 as SKIP (old GPUs).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import math
 import os
 import statistics
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench import torch_parallelize  # noqa: E402  (benchmarks/bench.py)
-from tensorplay_edu.models.by_hand import HandLlama, hand_step  # noqa: E402  (tensorplay_edu/models/by_hand.py)
-from tensorplay_edu import init_device_mesh  # noqa: E402
-from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama  # noqa: E402
-from tensorplay_edu import async_tp
-from tensorplay_edu.parallel import bucket_partial_grads  # noqa: E402
-from tensorplay_edu.cluster import GPUS, Model, Setup, memory  # noqa: E402
+from gpu_model import CONFIGS, model_flops, peak_flops, too_small, trainer  # noqa: E402  (benchmarks/gpu_model.py)
+from probes import timed_steps  # noqa: E402
 from tensorplay_edu.launcher.torchrun import current_device, run_from_env  # noqa: E402
 
-CONFIGS = {
-    "gpu": dict(dim=4096, n_layers=4, n_heads=32, n_kv_heads=8, ffn_hidden=14336, vocab_size=128256, seq=8192,
-                batch=1),
-    "tiny": dict(dim=128, n_layers=2, n_heads=16, n_kv_heads=8, ffn_hidden=352, vocab_size=512, seq=32, batch=2),
-}
 MATCH_STEPS = 5
-LR = 3e-4
 # |loss - reference loss|, absolute, on a mean cross-entropy near ln(128256) = 11.8 at the start. Both sides
 # round every matmul output to bf16 (unit roundoff 2^-8 = 3.9e-3) but sum in another order (shards, rings),
 # so a logit may differ by a few bf16 roundings while the mean over b·s tokens differs far less; 2e-2 leaves
@@ -82,84 +61,6 @@ NAMES = {"ours": "ours (tensorplay_edu)", "torch": "PyTorch's TP (torch.distribu
 MATCH = {"e1": ("ours", "torch", "bf16 losses, ours vs PyTorch's TP"),
          "e2": ("ours float8", "single float8", "float8 losses, float8 TP vs the float8 model on one GPU"),
          "e3": ("ours async", "ours", "bf16 losses, async TP vs synchronous TP")}
-
-
-def model_flops(c: dict) -> float:
-    """FLOPs of one training step of the whole model, counted as ``tensorplay_edu.cluster`` (torchtitan's MFU
-    convention): 6 per matmul weight and token (2 forward, 4 backward; the output layer counts, the
-    embedding lookup does not) plus attention's 12·L·s²·h·b (QKᵀ and AV, the whole square)."""
-    m = Model("gpu-check", c["n_layers"], c["dim"], c["n_heads"], c["n_kv_heads"], c["ffn_hidden"], c["vocab_size"])
-    tokens = c["batch"] * c["seq"]
-    return 6 * (m.layers * m.layer_params() + m.vocab * m.dim) * tokens + 12 * m.layers * c["seq"] * tokens * m.dim
-
-
-def peak_flops(name: str) -> tuple[float | None, str]:
-    """The dense bf16 peak of the GPU called ``name`` (``torch.cuda.get_device_name``) from
-    ``scale.GPUS``, SXM parts only (PCIe and NVL cards run slower clocks), or (None, why)."""
-    for key, gpu in GPUS.items():
-        if key.upper() in name.upper() and not any(w in name for w in ("PCIe", "NVL")):
-            return gpu.bf16_flops, f"of {gpu.name}'s bf16 {gpu.bf16_flops / 1e12:.0f} TFLOP/s"
-    return None, f"peak unknown: {name} is not in tensorplay_edu.cluster.GPUS"
-
-
-def build(c: dict, device: torch.device, float8: bool = False):
-    """The model (bf16, on ``device``, the same on every rank: one seed) and one batch [b, s]."""
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = Transformer(ModelArgs(dim=c["dim"], n_layers=c["n_layers"], n_heads=c["n_heads"],
-                                      n_kv_heads=c["n_kv_heads"], ffn_hidden=c["ffn_hidden"],
-                                      vocab_size=c["vocab_size"], max_seq_len=c["seq"]))
-    if float8:
-        from tensorplay_edu.float8 import convert_to_float8_training
-        model = convert_to_float8_training(model, module_filter_fn=lambda mod, fqn: fqn != "output")
-    tokens = torch.randint(0, c["vocab_size"], (c["batch"], c["seq"]), generator=torch.Generator().manual_seed(1))
-    tokens = tokens.to(device)
-    return model.to(torch.bfloat16), tokens, tokens.roll(-1, dims=1)
-
-
-def trainer(kind: str, c: dict, device: torch.device):
-    """``step()`` -> the step's loss (a float, the same on every rank) for one variant of ``NAMES``."""
-    model, tokens, labels = build(c, device, float8="float8" in kind)
-    loss_ctx, fused = contextlib.nullcontext, contextlib.nullcontext
-    if kind.startswith("ours"):
-        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-        parallelize_llama(model, mesh, "full", float8=kind == "ours float8")
-        loss_ctx = lambda: loss_context("full")  # noqa: E731
-        if kind == "ours async":
-            fused = lambda: async_tp.enable_async_tp(mesh)  # noqa: E731
-    elif kind == "torch":
-        from torch.distributed.tensor.parallel import loss_parallel
-        model, loss_ctx = torch_parallelize(model, "full"), loss_parallel
-    elif kind == "hand":
-        model = HandLlama(model, "full")
-    on_device(model, tokens, device, kind)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR)
-    if kind.startswith("ours"):  # the norms' partial gradients in one bucket, made whole in opt.step(): as
-        bucket_partial_grads(model, opt)  # make bench, bench.py's rank_bench and the floor (models/by_hand.py) do
-
-    def step() -> torch.Tensor:
-        if kind == "hand":
-            loss = hand_step(model, tokens, labels)
-        else:
-            with loss_ctx():
-                with fused():
-                    out = model(tokens)
-                loss = llama_loss(out, labels)
-                loss.backward()  # PyTorch's loss_parallel wants the backward inside
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-
-    return step
-
-
-def on_device(model, tokens: torch.Tensor, device: torch.device, kind: str) -> None:
-    """Every parameter's local tensor and the batch on ``device``: a check that fell back to the CPU says so."""
-    local = [getattr(p, "to_local", lambda p=p: p)() for p in model.parameters()]
-    elsewhere = sorted({str(t.device) for t in [*local, tokens] if t.device.type != device.type})
-    if elsewhere:
-        raise RuntimeError(f"gpu_measure.py, {kind}: tensors on {elsewhere}, not on {device.type}: the model or the "
-                           "batch did not move to this rank's device")
 
 
 def _value(loss: torch.Tensor) -> float:
@@ -185,17 +86,10 @@ def measure(kind: str, c: dict, device: torch.device, steps: int, warmup: int) -
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats(device)
-    times = []
-    for _ in range(warmup + steps):
-        dist.barrier()
-        start = time.perf_counter()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+    times = timed_steps(step, warmup, steps, device)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, (times[warmup:], peak))  # plain torch.distributed: the report's bookkeeping
+    dist.all_gather_object(everyone, (times, peak))  # plain torch.distributed: the report's bookkeeping
     slowest = [max(ts[i] for ts, _ in everyone) for i in range(steps)]
     del step
     _free(device)
@@ -224,23 +118,6 @@ def losses(kind: str, c: dict, device: torch.device, steps: int) -> list[float]:
     _free(device)
     return out
 
-
-def reference_bytes(c: dict) -> float:
-    """e2's one-GPU reference, estimated with ``tensorplay_edu.cluster.memory_use`` (weights, gradients,
-    activations, gathered logits), AdamW's two moments in bf16 (4 bytes per parameter: the model trains in
-    bf16, with no fp32 master copy) instead of mixed precision's 12; float8 is not modelled (bf16 is kept)."""
-    m = Model("gpu-check", c["n_layers"], c["dim"], c["n_heads"], c["n_kv_heads"], c["ffn_hidden"], c["vocab_size"])
-    parts = memory(m, Setup(tp=1, batch=c["batch"], seq=c["seq"]))
-    return sum(parts.values()) - parts["optimizer"] + 2 * parts["weights"]
-
-
-def too_small(c: dict, device: torch.device) -> str:
-    """Why rank 0's GPU cannot hold e2's one-GPU reference (with 10% room), or ""."""
-    if device.type != "cuda":
-        return ""
-    need, total = 1.1 * reference_bytes(c), torch.cuda.get_device_properties(device).total_memory
-    return "" if need <= total else (f"the one-GPU float8 reference needs about {need / 2**30:.0f} GiB by "
-                                     f"reference_bytes (with 10% room); this GPU has {total / 2**30:.0f} GiB")
 
 
 def _not_finite(values: list[float]) -> int | None:

@@ -27,8 +27,8 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench  # noqa: E402
-from tensorplay_edu.models.by_hand import HandLlama, hand_step  # noqa: E402
+from configs import build  # noqa: E402
+from tensorplay_edu.models.by_hand import HandLlama  # noqa: E402
 from tensorplay_edu import init_device_mesh, launch  # noqa: E402
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama  # noqa: E402
 from tensorplay_edu.parallel import bucket_partial_grads  # noqa: E402
@@ -38,7 +38,7 @@ PHASES = ("forward", "loss", "backward", "optimizer")
 
 def _build(config: str):
     if config != "tiny":
-        return bench.build(config)
+        return build(config)
     torch.manual_seed(0)
     model = Transformer(ModelArgs(dim=32, n_layers=2, n_heads=8, vocab_size=64, max_seq_len=8))
     tokens = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(1))

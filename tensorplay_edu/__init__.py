@@ -1,7 +1,9 @@
 """tensorplay_edu: tensor parallelism you can read line by line and run on a laptop.
 
 Reading order: placement -> mesh -> collectives -> transition (the heart) -> dtensor
--> distribute -> debug -> launcher.
+-> distribute -> debug (the comm recorder); process_group starts the default group.
+The TP API is in parallel/; every extra (launcher/, cluster/, gpu_rules/, lab/, async_tp/,
+float8/, viz/) has its own folder.
 """
 
 from .debug import CommDebugMode

@@ -7,8 +7,8 @@ call these: they are the only places in the package that communicate.  Each one
 * moves the chosen dim to the front, because the flat collectives concatenate on dim 0;
 * pads every rank's block to ``ceil(n / t)`` rows, because gloo rejects unequal sizes,
   and trims the padding off the result;
-* records itself in any active :class:`~tensorplay_edu.debug.CommDebugMode`, and is checked
-  first by any active :class:`~tensorplay_edu.gpu_rules.nccl.NCCLRulesMode` (NCCL's rules);
+* shows itself to the watchers first (:func:`tensorplay_edu.debug.watch`: what it will put on
+  the wire), and records itself in any active :class:`~tensorplay_edu.debug.CommDebugMode` after;
 * never writes into its input (autograd may have saved it), and runs under ``no_grad``:
   gradients are the business of the autograd Function that calls it.
 
@@ -29,7 +29,8 @@ import torch
 import torch.distributed as dist
 
 from . import debug
-from .gpu_rules import nccl as nccl_rules
+from .mesh import DeviceMesh
+from .placement import Replicate, Shard, chunk_sizes, local_shape
 
 # torch 2.13 renamed the flat collectives; older releases only have the old names.
 _all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -97,7 +98,7 @@ def all_gather(x: torch.Tensor, dim: int, sizes: list[int], group) -> torch.Tens
     even = c * t == sum(sizes)
     # [t*before, c, after]; when before == 1 and no padding that is already the result's memory layout
     out = block.new_empty(full_shape if even and before == 1 else (t * before, c, after))
-    nccl_rules.check("all_gather", group, block, out, detail=f"chunks {sizes}", shape=x.shape)
+    debug.watch("all_gather", group, block, out, detail=f"chunks {sizes}", shape=x.shape)
     _all_gather_flat(_wire(out.view(t * before, c, after)), _wire(block.contiguous()), group=group)
     debug.record("all_gather", full_shape, x.dtype, t, (t - 1) * before * c * after * x.element_size(), group)
     if even and before == 1:
@@ -125,7 +126,7 @@ def reduce_scatter(x: torch.Tensor, dim: int, sizes: list[int], rank: int, op, g
         blocks = torch.cat([blocks, blocks.new_zeros(before, t * c - rows, after)], dim=1)
     send = blocks.view(before, t, c, after).transpose(0, 1).contiguous()  # [t, before, c, after]
     out = send.new_empty((before, c, after))  # [before, c, after]
-    nccl_rules.check("reduce_scatter", group, send, out, reduce=op, detail=f"chunks {sizes}", shape=x.shape)
+    debug.watch("reduce_scatter", group, send, out, reduce=op, detail=f"chunks {sizes}", shape=x.shape)
     _reduce_scatter_flat(out.view(before * c, after), send.view(t * before * c, after), op=op, group=group)
     debug.record("reduce_scatter", x.shape, x.dtype, t, (t - 1) * before * c * after * x.element_size(), group)
     local_shape = list(x.shape)
@@ -141,7 +142,7 @@ def all_reduce(x: torch.Tensor, op, group) -> torch.Tensor:
     if t == 1 or x.numel() == 0:
         return x
     out = x.contiguous().clone()
-    nccl_rules.check("all_reduce", group, out, reduce=op)
+    debug.watch("all_reduce", group, out, reduce=op)
     dist.all_reduce(out, op=op, group=group)
     debug.record("all_reduce", x.shape, x.dtype, t, 2 * (t - 1) * -(-x.numel() // t) * x.element_size(), group)
     return out
@@ -166,8 +167,7 @@ def all_to_all(x: torch.Tensor, src_dim: int, dst_dim: int, src_sizes: list[int]
     padded = _pad_rows(padded.movedim(dst_dim, 0), t * cd).movedim(0, dst_dim)
     send = torch.stack(padded.split(cd, dim=dst_dim)).contiguous()  # [t, ..cs.., ..cd..]
     recv = torch.empty_like(send)
-    nccl_rules.check("all_to_all", group, send, recv, detail=f"chunks {src_sizes} -> {dst_sizes}",
-                     shape=x.shape)
+    debug.watch("all_to_all", group, send, recv, detail=f"chunks {src_sizes} -> {dst_sizes}", shape=x.shape)
     dist.all_to_all_single(recv, send, group=group)
     pieces = [recv[i].narrow(src_dim, 0, src_sizes[i]) for i in range(t)]
     out = torch.cat(pieces, dim=src_dim).narrow(dst_dim, 0, dst_sizes[rank]).contiguous()
@@ -195,7 +195,7 @@ def ring_shift(x: torch.Tensor, recv_shape, rank: int, group) -> RingStep:
     t = dist.get_world_size(group)
     after, before = dist.get_global_rank(group, (rank + 1) % t), dist.get_global_rank(group, (rank - 1) % t)
     sending, arriving = x.contiguous(), x.new_empty(recv_shape)
-    nccl_rules.check("ring_shift", group, sending, recv=arriving.shape)
+    debug.watch("ring_shift", group, sending, recv=arriving.shape)
     works = dist.batch_isend_irecv([dist.P2POp(dist.isend, _wire(sending), after, group),
                                     dist.P2POp(dist.irecv, _wire(arriving), before, group)])
     return RingStep(works, sending, arriving)
@@ -208,7 +208,7 @@ def broadcast(x: torch.Tensor, src: int, group) -> torch.Tensor:
     if t == 1 or x.numel() == 0:
         return x
     out = x.contiguous().clone()
-    nccl_rules.check("broadcast", group, out, detail=f"src {src}")
+    debug.watch("broadcast", group, out, detail=f"src {src}")
     dist.broadcast(out, src=dist.get_global_rank(group, src) if group is not None else src, group=group)
     debug.record("broadcast", x.shape, x.dtype, t, out.numel() * out.element_size(), group)
     return out
@@ -232,7 +232,40 @@ def scatter(full: torch.Tensor | None, like: torch.Tensor, dim: int, sizes: list
     if rank == src:
         front = _pad_rows(full.movedim(dim, 0), t * c)
         chunks = [piece.contiguous() for piece in front.split(c)]
-    nccl_rules.check("scatter", group, out, chunks, detail=f"src {src} chunks {sizes}", shape=like.shape)
+    debug.watch("scatter", group, out, chunks, detail=f"src {src} chunks {sizes}", shape=like.shape)
     dist.scatter(out, chunks, src=dist.get_global_rank(group, src), group=group)
     debug.record("scatter", like.shape, like.dtype, t, (t - 1) * out.numel() * out.element_size(), group)
     return out[: sizes[rank]].movedim(0, dim).contiguous()
+
+
+# ---- from_local(run_check=True): the one from_local that communicates ----------------
+
+def run_check(local: torch.Tensor, mesh: DeviceMesh, placements, shape) -> torch.Tensor:
+    """from_local(run_check=True): check every rank's local shape, broadcast replicas from rank 0."""
+    mine = local_shape(shape, mesh, placements)
+    for i, p in enumerate(placements):
+        group, t = mesh.get_group(i), mesh.size(i)
+        sizes = torch.tensor([list(local.shape)], dtype=torch.int64, device=local.device)  # [1, ndim]
+        for r, got in enumerate(all_gather(sizes, 0, [1] * t, group).tolist()):  # [t, ndim]
+            want = list(mine)
+            if isinstance(p, Shard):
+                want[p.dim] = chunk_sizes(shape[p.dim], t)[r]
+            if got != want:
+                raise ValueError(f"DTensor.from_local(run_check=True): rank {r} of mesh dim {i} holds a local "
+                                 f"tensor of shape {got}, expected {want} for global {list(shape)} as "
+                                 f"{list(placements)}")
+        if isinstance(p, Replicate):
+            local = _TakeValues.apply(local, broadcast(local, 0, group))
+    return local
+
+
+class _TakeValues(torch.autograd.Function):
+    """``values`` in forward, the gradient straight to ``x`` in backward (run_check's broadcast)."""
+
+    @staticmethod
+    def forward(ctx, x, values):
+        return values
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None

@@ -27,9 +27,10 @@ collective (gloo rejects unequal sizes): the bytes are what really moves.
 PyTorch's ``DistributedDataParallel`` issues its own all-reduces; :func:`ddp_comm_hook`
 (``ddp_model.register_comm_hook(group, ddp_comm_hook)``) records them here too.
 
-To check every collective against NCCL's rules (the same op, dtype and size on every rank of a
-group, in the same order) rather than only count it: :class:`tensorplay_edu.gpu_rules.nccl.NCCLRulesMode`
-(or ``TENSORPLAY_CHECK_NCCL=1``); it sees the DDP buckets of :func:`ddp_comm_hook` too.
+Watchers see a collective *before* it is issued: :func:`watch` calls every function in
+``WATCHERS`` with what the collective will put on the wire, so a checker can refuse it before it
+hangs.  Nothing watches by default; ``NCCLRulesMode`` (:mod:`tensorplay_edu.gpu_rules.nccl`)
+joins while it is active and sees the DDP buckets of :func:`ddp_comm_hook` too.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-__all__ = ["CommDebugMode", "CommRecord", "module_scope", "current_module", "ddp_comm_hook"]
+__all__ = ["CommDebugMode", "CommRecord", "module_scope", "current_module", "ddp_comm_hook", "WATCHERS", "watch"]
 
+WATCHERS: list = []  # each called as watch(op, group, x, out, **facts) before a collective is issued
 _ACTIVE: list["CommDebugMode"] = []
 _MODULE_STACK: list[str] = []
 _PHASE: list[str] = ["forward"]
@@ -90,6 +92,14 @@ class backward_scope(module_scope):  # noqa: N801
         _PHASE.pop()
 
 
+def watch(op: str, group, x, out=None, **facts) -> None:
+    """Called by :mod:`tensorplay_edu.collectives` just before it issues a collective: ``x`` / ``out``
+    as they go on the wire; ``facts``: ``reduce`` (the op), ``detail`` (chunk sizes, source rank),
+    ``recv`` (a ring's incoming shape), ``shape`` (this rank's tensor as the caller sees it)."""
+    for watcher in WATCHERS:
+        watcher(op, group, x, out, **facts)
+
+
 def record(op: str, shape, dtype, group_size: int, nbytes: int, group=None) -> None:
     """Called by :mod:`tensorplay_edu.collectives` for every collective it issues."""
     if not _ACTIVE:
@@ -106,11 +116,9 @@ def ddp_comm_hook(group, bucket):
     bucket (averaged over ``group``), recorded as ``backward`` of module ``"DDP"``."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    from .gpu_rules import nccl as nccl_rules  # (imported here: nccl_rules imports this module)
-
     flat, t = bucket.buffer(), dist.get_world_size(group)
     with backward_scope("DDP"):
-        nccl_rules.check("all_reduce", group, flat, reduce=dist.ReduceOp.SUM)  # PyTorch's collective, checked too
+        watch("all_reduce", group, flat, reduce=dist.ReduceOp.SUM)  # PyTorch's collective, watched too
         record("all_reduce", flat.shape, flat.dtype, t, 2 * (t - 1) * -(-flat.numel() // t) * flat.element_size(),
                group)
     return allreduce_hook(group, bucket)

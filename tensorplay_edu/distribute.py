@@ -1,9 +1,8 @@
-"""Putting data on the mesh, with communication: ``distribute_tensor`` and
-``DTensor.from_local(..., run_check=True)``.
+"""Putting data on the mesh, with communication: ``distribute_tensor``.
 
 ``distribute_tensor`` takes one full tensor (on the source rank) and lays it out:
-``Shard`` scatters it, ``Replicate`` broadcasts it.  ``from_local`` never communicates,
-except when asked to check that the ranks' pieces fit together.
+``Shard`` scatters it, ``Replicate`` broadcasts it.  (``from_local`` wraps a piece each rank
+already holds, without communicating: :mod:`tensorplay_edu.dtensor`.)
 
 Every rank passes a tensor of the global shape and dtype (only the source rank's values
 are read).  A rank with another shape would receive garbage from the scatter, so before
@@ -24,42 +23,13 @@ import torch.distributed as dist
 
 from . import collectives as C
 from . import debug
-from .dtensor import DTensor, _local_shape, _resolve
+from .dtensor import DTensor
+from .placement import resolve_placements
 from .mesh import DeviceMesh
 from .placement import Partial, Replicate, Shard, chunk_offset, chunk_sizes
 from .transition import GradLayout
 
-__all__ = ["distribute_tensor", "run_check"]
-
-
-def run_check(local: torch.Tensor, mesh: DeviceMesh, placements, shape) -> torch.Tensor:
-    """from_local(run_check=True): check every rank's local shape, broadcast replicas from rank 0."""
-    mine = _local_shape(shape, mesh, placements)
-    for i, p in enumerate(placements):
-        group, t = mesh.get_group(i), mesh.size(i)
-        sizes = torch.tensor([list(local.shape)], dtype=torch.int64, device=local.device)  # [1, ndim]
-        for r, got in enumerate(C.all_gather(sizes, 0, [1] * t, group).tolist()):
-            want = list(mine)
-            if isinstance(p, Shard):
-                want[p.dim] = chunk_sizes(shape[p.dim], t)[r]
-            if got != want:
-                raise ValueError(f"DTensor.from_local(run_check=True): rank {r} of mesh dim {i} holds a local "
-                                 f"tensor of shape {got}, expected {want} for global {list(shape)} as {list(placements)}")
-        if isinstance(p, Replicate):
-            local = _TakeValues.apply(local, C.broadcast(local, 0, group))
-    return local
-
-
-class _TakeValues(torch.autograd.Function):
-    """``values`` in forward, the gradient straight to ``x`` in backward (run_check's broadcast)."""
-
-    @staticmethod
-    def forward(ctx, x, values):
-        return values
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, None
+__all__ = ["distribute_tensor"]
 
 
 _CHECKED = contextvars.ContextVar("tensorplay_edu_shapes_checked", default=False)
@@ -120,7 +90,7 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = Non
                         "(torch.tensor(...))")
     if not tensor.is_leaf:
         raise RuntimeError("`distribute_tensor` should be used to distribute leaf tensors! but found non-leaf tensor!")
-    mesh, placements = _resolve(device_mesh, placements, tensor.ndim, "distribute_tensor")
+    mesh, placements = resolve_placements(device_mesh, placements, tensor.ndim, "distribute_tensor")
     if tensor.is_meta:  # a model built on the meta device: shapes only, nothing to send
         src_data_rank = None
     elif tensor.device.type != mesh.device_type:  # as PyTorch: the pieces live on the mesh's device
@@ -130,9 +100,9 @@ def distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh | None = Non
                          f"(mesh shape {mesh.shape}): pass a rank in 0..{min(mesh.shape) - 1}, or None to keep each "
                          "rank's own data")
     if src_data_rank is not None and not _CHECKED.get():
-        _same_everywhere([f"a tensor of shape {list(tensor.shape)} and dtype {tensor.dtype}"], mesh, "distribute_tensor",
-                         f"every rank must pass a tensor of the global shape and dtype (only rank {src_data_rank}'s "
-                         "values are used; src_data_rank=None keeps each rank's own)")
+        _same_everywhere([f"a tensor of shape {list(tensor.shape)} and dtype {tensor.dtype}"], mesh,
+                         "distribute_tensor", "every rank must pass a tensor of the global shape and dtype (only "
+                         f"rank {src_data_rank}'s values are used; src_data_rank=None keeps each rank's own)")
     x = tensor.detach()
     for i, p in enumerate(placements):
         group, t, r = mesh.get_group(i), mesh.size(i), mesh.get_local_rank(i)

@@ -1,15 +1,15 @@
 """DTensor: this rank's local tensor plus the layout that says what it is a piece of.
 
-A DTensor is deliberately *not* a ``torch.Tensor`` subclass: it holds a plain local
-tensor (which carries autograd), a :class:`~tensorplay_edu.mesh.DeviceMesh`, one
-placement per mesh dimension and the global shape.  Nothing happens behind your back:
+A DTensor is not a ``torch.Tensor`` subclass: it holds a plain local tensor (which carries
+autograd), a :class:`~tensorplay_edu.mesh.DeviceMesh`, one placement per mesh dimension and
+the global shape.  Nothing happens behind your back:
 
-* ``DTensor.from_local`` and ``to_local`` never communicate;
+* ``DTensor.from_local`` and ``to_local`` never communicate (``run_check=True`` aside);
 * ``redistribute`` / ``full_tensor`` communicate through the transition table
   (:mod:`tensorplay_edu.transition`), and their backward is that same table;
 * the few ops a loss path needs (``flatten``, ``view``/``reshape`` keeping the sharded
   dim whole, ``float``/``to(dtype)``, ``detach``) act on the local tensor;
-* any other torch op raises an error that names the op and the placements.
+* any other torch op raises an error naming the op, unless a feature registered it below.
 """
 
 from __future__ import annotations
@@ -19,19 +19,31 @@ import math
 import torch
 import torch.nn.functional as F
 
+from . import collectives as C
 from .debug import current_module, module_scope
-from .mesh import DeviceMesh, get_current_mesh
-from .placement import Partial, Placement, Replicate, Shard, chunk_sizes, normalize
+from .mesh import DeviceMesh
+from .placement import Replicate, Shard, global_shape, local_shape, resolve_placements
 from .transition import GradLayout, Redistribute
 
 __all__ = ["DTensor", "register_torch_function"]
 
-# torch functions a DTensor accepts: filled by features such as loss_parallel.
-_TORCH_FUNCTIONS: dict = {}
+
+# ---- what a DTensor accepts beyond its own methods: features register theirs -------------
+# (loss_parallel: F.cross_entropy & co; parallel/pointwise.py: a scale or tanh; parallel/init.py: nn.init)
+_TORCH_FUNCTIONS: dict = {}  # func -> handler(*args, **kwargs), read by DTensor.__torch_function__
+_OPERATORS: dict = {}  # "__mul__" -> handler(self, *args), read by the DTensor's operator methods
+_HINTS: dict = {}  # func -> the advice its error gives instead of the generic one ("{placements}" filled in)
 
 
-# what to say when a refused torch function has a better way than .to_local(): filled by features
-_HINTS: dict = {}
+def register_torch_function(func, handler):
+    """Let ``func(dtensor, ...)`` run ``handler`` (``None`` removes it); returns the handler
+    it replaces (or None), so that a caller can put it back."""
+    previous = _TORCH_FUNCTIONS.get(func)
+    if handler is None:
+        _TORCH_FUNCTIONS.pop(func, None)
+    else:
+        _TORCH_FUNCTIONS[func] = handler
+    return previous
 
 
 def register_hint(func, hint: str) -> None:
@@ -46,54 +58,8 @@ for _loss in (F.cross_entropy, F.log_softmax, F.nll_loss):  # where these work, 
                          ".full_tensor() gathers the logits first (correct, more memory).")
 
 
-def register_torch_function(func, handler):
-    """Let ``func(dtensor, ...)`` run ``handler`` (``None`` removes it); returns the handler
-    it replaces (or None), so that a caller can put it back."""
-    previous = _TORCH_FUNCTIONS.get(func)
-    if handler is None:
-        _TORCH_FUNCTIONS.pop(func, None)
-    else:
-        _TORCH_FUNCTIONS[func] = handler
-    return previous
-
-
-_WHOLE = (Replicate, Partial)  # placements with nothing to normalise
-
-
-def _resolve(mesh, placements, ndim: int, what: str) -> tuple[DeviceMesh, tuple[Placement, ...]]:
-    mesh = mesh if mesh is not None else get_current_mesh()
-    if mesh is None:
-        raise ValueError(f"{what}: pass device_mesh (or call it inside `with mesh:`)")
-    if placements is None:
-        placements = [Replicate()] * mesh.ndim
-    placements = tuple(placements)
-    if len(placements) == 1 == mesh.ndim:  # the common case, checked quickly
-        p = placements[0]
-        if type(p) in _WHOLE or (type(p) is Shard and 0 <= p.dim < ndim):
-            return mesh, placements
-    wrong = next((p for p in placements if not isinstance(p, Placement)), None)
-    if wrong is not None:
-        raise TypeError(f"{what}: placements holds {wrong!r}, a {type(wrong).__name__}, not a Placement: use "
-                        "Shard(dim), Replicate() or Partial()")
-    if len(placements) != mesh.ndim:
-        raise ValueError(f"{what}: give one placement per mesh dimension ({mesh.ndim}), got {placements}")
-    placements = normalize(placements, ndim)
-    shards = [p.dim for p in placements if isinstance(p, Shard)]
-    if len(shards) != len(set(shards)):
-        raise NotImplementedError(f"{what}: {placements} shards one tensor dim on two mesh dims; use one per tensor dim")
-    return mesh, placements
-
-
-def _local_shape(shape, mesh: DeviceMesh, placements) -> list[int]:
-    """This rank's local shape for a tensor of global ``shape``."""
-    local = list(shape)
-    for i, p in enumerate(placements):
-        if isinstance(p, Shard):
-            local[p.dim] = chunk_sizes(shape[p.dim], mesh.size(i))[mesh.get_local_rank(i)]
-    return local
-
-
 def _unsupported(name: str, placements, args=()) -> NotImplementedError:
+    """The error for an op a DTensor does not run: what to do instead."""
     if any(type(a).__module__.startswith("torch.distributed.tensor") for a in args):  # PyTorch's DTensor
         return NotImplementedError(
             f"{name} mixes a tensorplay_edu DTensor (placements {list(placements)}) with PyTorch's "
@@ -120,12 +86,14 @@ class DTensor:
         self._scope = scope  # from_local's: its identity node is not made yet (see _identity_node)
 
     def _identity_node(self) -> None:
-        """from_local's identity node (backward: the table from the readers' declared gradient layout to the
-        tensor's own), made when first needed: a reader declaring another layout (``grad_placements=[Partial()]``,
-        f) or a view.  Later readers share it (one collective for their summed gradients); it is attributed to
-        from_local's module.  While readers take the default it would move nothing, so a hook costs no node;
-        nor does a tensor sharded on every mesh dim, whose readers can only declare its own layout (the
-        class-sharded logits that ``loss_parallel`` flattens)."""
+        """from_local's identity node: forward the identity, backward the table from the gradient layout the
+        readers declared to the tensor's own.  Reading a Replicate DTensor with ``grad_placements=[Partial()]``
+        is Megatron's f: identity forward, all-reduce backward (the table's Partial -> Replicate row).
+
+        It is made when first needed (a reader declaring another layout, or a view) and shared by later
+        readers: autograd sums their gradients first, so they cost one collective, recorded under
+        from_local's module.  Readers keeping the default layout need no node, nor does a tensor sharded
+        on every mesh dim (its readers can only declare its own layout)."""
         if self._scope is not None and self._local.requires_grad and not all(
                 isinstance(p, Shard) for p in self._placements):
             with module_scope(self._scope):
@@ -143,30 +111,10 @@ class DTensor:
         ``shape`` for uneven ones.  ``run_check`` broadcasts Replicate pieces from rank 0
         of their mesh dim and checks every rank's local shape against ``shape``.
         """
-        mesh, placements = _resolve(device_mesh, placements, local_tensor.ndim, "DTensor.from_local")
-        if stride is not None and shape is None:
-            raise ValueError("DTensor.from_local: pass shape together with stride")
-        if shape is None:  # even pieces: local x ranks (torch.chunk then gives every rank exactly `local`)
-            shape = list(local_tensor.shape)
-            for i, p in enumerate(placements):
-                if isinstance(p, Shard):
-                    shape[p.dim] *= mesh.size(i)
-            expected = None
-        else:
-            expected = _local_shape(shape, mesh, placements)
-        shape = torch.Size(shape)
-        if stride is not None and tuple(stride) != torch.empty(shape, device="meta").stride():
-            raise NotImplementedError(f"DTensor.from_local: only contiguous global strides, got {tuple(stride)}")
-        if expected is not None and list(local_tensor.shape) != expected:
-            raise ValueError(
-                f"DTensor.from_local: rank {mesh.get_rank()} holds a local tensor of shape "
-                f"{list(local_tensor.shape)}, but a global {list(shape)} laid out as {list(placements)} gives it "
-                f"{expected} (torch.chunk sizes); pass the right shape="
-            )
-        if run_check:
-            from .distribute import run_check as _run_check  # the one from_local that communicates
-
-            local_tensor = _run_check(local_tensor, mesh, placements, shape)
+        mesh, placements = resolve_placements(device_mesh, placements, local_tensor.ndim, "DTensor.from_local")
+        shape = global_shape(local_tensor, mesh, placements, shape, stride)  # checked against the piece
+        if run_check:  # the one from_local that communicates
+            local_tensor = C.run_check(local_tensor, mesh, placements, shape)
         return DTensor(local_tensor, mesh, placements, shape, GradLayout(placements), scope=current_module())
 
     def to_local(self, *, grad_placements=None) -> torch.Tensor:
@@ -180,7 +128,8 @@ class DTensor:
             if grad_placements is None:
                 self._grad_layout.declare(self._grad_layout.default)
             else:
-                _, gp = _resolve(self._mesh, grad_placements, len(self._shape), "to_local(grad_placements=...)")
+                what = "to_local(grad_placements=...)"
+                _, gp = resolve_placements(self._mesh, grad_placements, len(self._shape), what)
                 for p, g in zip(self._placements, gp):
                     if (isinstance(p, Shard) or isinstance(g, Shard)) and p != g:
                         raise ValueError(
@@ -199,7 +148,7 @@ class DTensor:
         """
         if device_mesh is not None and device_mesh != self._mesh:
             raise NotImplementedError("redistribute: moving a DTensor to another mesh is not supported")
-        _, dst = _resolve(self._mesh, placements, len(self._shape), "DTensor.redistribute")
+        _, dst = resolve_placements(self._mesh, placements, len(self._shape), "DTensor.redistribute")
         if self._local.requires_grad:
             self._grad_layout.declare(self._grad_layout.default)  # backward returns for_gradient(src)
         layout = GradLayout(dst)
@@ -256,7 +205,8 @@ class DTensor:
             known = math.prod(s for s in new_shape if s != -1)
             new_shape[new_shape.index(-1)] = self.numel() // known if known else 0
         if math.prod(new_shape) != self.numel():
-            raise RuntimeError(f"{name}: shape {new_shape} is invalid for a DTensor of global shape {list(self._shape)}")
+            raise RuntimeError(f"{name}: shape {new_shape} is invalid for a DTensor of global shape "
+                               f"{list(self._shape)}")
         old, dim_map = list(self._shape), {}
         for p in self._placements:
             if isinstance(p, Shard):
@@ -269,7 +219,7 @@ class DTensor:
                 dim_map[p.dim] = hits[0]
         placements = tuple(Shard(dim_map[p.dim]) if isinstance(p, Shard) else p for p in self._placements)
         back = {v: k for k, v in dim_map.items()}
-        local_new = _local_shape(new_shape, self._mesh, placements)
+        local_new = local_shape(new_shape, self._mesh, placements)
         self._identity_node()  # a view's readers declare through it: the node must be under the view
         local = self._local.view(local_new) if name == "view" else self._local.reshape(local_new)
 
@@ -331,11 +281,8 @@ class DTensor:
         raise AttributeError(f"'DTensor' object has no attribute {name!r}")
 
 
-# operators a DTensor accepts: filled by features (parallel/pointwise.py: a scale, tanh, on the logits)
-_OPERATORS: dict = {}
-
-
 def _refuse(op: str):
+    """Operator ``op``: the handler a feature registered (parallel/pointwise.py: a scale, tanh), else an error."""
     def method(self, *args, **kwargs):
         handler = _OPERATORS.get(op)
         if handler is not None:

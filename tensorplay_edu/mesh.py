@@ -23,7 +23,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from .launcher.torchrun import backends, init_from_env
+from .process_group import check_backend, check_cuda, default_group_timeout, ensure_default_group
 
 __all__ = ["DeviceMesh", "init_device_mesh", "get_current_mesh", "mesh_groups", "tp_across_nodes"]
 
@@ -34,66 +34,6 @@ _WARNED: set[str] = set()  # each node-layout warning once per process
 def get_current_mesh() -> "DeviceMesh | None":
     """The innermost mesh entered with ``with mesh:``, or None."""
     return _MESH_STACK[-1] if _MESH_STACK else None
-
-
-def _ensure_default_group(device_type: str, world_size: int) -> None:
-    """Start the default process group if nobody did (torchrun, our launcher, a user)."""
-    if dist.is_initialized():
-        return
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        init_from_env()
-    elif world_size == 1:  # a one-rank mesh in a plain notebook or script
-        backend = "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    else:
-        raise RuntimeError(
-            f"a {world_size}-rank DeviceMesh needs {world_size} processes: start them with "
-            "tensorplay_edu.launch(fn, world_size) or `torchrun --nproc-per-node N`, "
-            "then build the mesh inside each rank"
-        )
-
-
-def _check_cuda(device_type: str, what: str) -> None:
-    """A CUDA mesh needs a CUDA device here: say so, and how to fix it, before anything starts
-    (without the check, picking this rank's GPU would divide by a device count of 0)."""
-    if device_type != "cuda":
-        return
-    available = torch.cuda.is_available()
-    if not available or torch.cuda.device_count() == 0:
-        build = (f"this PyTorch ({torch.__version__}) is a CPU-only build" if torch.version.cuda is None
-                 else f"this PyTorch is built for CUDA {torch.version.cuda} but sees no GPU")
-        raise RuntimeError(
-            f"{what}: this machine has no CUDA device (torch.cuda.is_available() is {available}, "
-            f"{torch.cuda.device_count() if available else 0} device(s); {build}). Build the mesh "
-            "with 'cpu' (gloo runs every collective on the CPU), or run on a GPU machine with a CUDA build of "
-            "PyTorch (pip install torch from the CUDA index: https://pytorch.org/get-started/locally/)")
-
-
-def _check_backend(device_type: str) -> None:
-    """The default group must move ``device_type`` tensors: a CPU mesh on an NCCL-only group
-    would fail at its first collective ("No backend type associated with device type cpu")."""
-    have = backends()
-    if device_type not in have:
-        raise RuntimeError(
-            f"DeviceMesh('{device_type}'): the default process group has no backend for {device_type} tensors "
-            f"(it has {dist.get_backend_config()}). Start it with backend='cpu:gloo,cuda:nccl' (one group for both, "
-            "as tensorplay_edu.launcher.torchrun.init_from_env does), or build the mesh on a device type it has: "
-            f"{sorted(have)}")
-
-
-def _default_group_timeout():
-    """The default group's collective timeout, for the mesh's own groups.
-
-    ``dist.new_group`` would give them gloo's 30 minutes, whatever ``init_process_group``
-    (or ``launch(timeout=...)``) asked for: a mismatched collective on ``mesh["dp"]`` would
-    then hang a notebook for half an hour instead of failing with the others' timeout.
-    """
-    for device in ("cpu", "cuda"):
-        try:
-            return dist.group.WORLD._get_backend(torch.device(device)).options._timeout
-        except Exception:  # no backend for that device (or no such internals): try the next
-            continue
-    return None  # PyTorch's default
 
 
 def mesh_groups(mesh: torch.Tensor, dim: int) -> list[list[int]]:
@@ -183,9 +123,9 @@ class DeviceMesh:
             self._groups = list(_groups)
             self._coordinate = self._find_coordinate()
             return
-        _check_cuda(device_type, f"DeviceMesh('cuda', {self.mesh.tolist()})")
-        _ensure_default_group(device_type, self.mesh.numel())
-        _check_backend(device_type)
+        check_cuda(device_type, f"DeviceMesh('cuda', {self.mesh.tolist()})")
+        ensure_default_group(device_type, self.mesh.numel())
+        check_backend(device_type)
         world = dist.get_world_size()
         ranks = sorted(self.mesh.flatten().tolist())
         if len(set(ranks)) != len(ranks) or ranks[0] < 0 or ranks[-1] >= world:
@@ -204,7 +144,7 @@ class DeviceMesh:
         """The group along ``dim`` holding this rank (every rank creates every group)."""
         if self.mesh.ndim == 1 and self.mesh.tolist() == list(range(dist.get_world_size())):
             return dist.group.WORLD
-        mine, timeout = None, _default_group_timeout()
+        mine, timeout = None, default_group_timeout()
         for line in mesh_groups(self.mesh, dim):
             group = dist.new_group(line, timeout=timeout)
             if dist.get_rank() in line:
@@ -304,8 +244,8 @@ def init_device_mesh(device_type: str, mesh_shape, *, mesh_dim_names: tuple[str,
     """
     mesh_shape = tuple(mesh_shape)
     n = math.prod(mesh_shape)
-    _check_cuda(device_type, f"init_device_mesh('cuda', {mesh_shape})")
-    _ensure_default_group(device_type, n)
+    check_cuda(device_type, f"init_device_mesh('cuda', {mesh_shape})")
+    ensure_default_group(device_type, n)
     if n != dist.get_world_size():
         raise ValueError(
             f"init_device_mesh: mesh_shape {mesh_shape} holds {n} ranks but the default process group "

@@ -19,7 +19,10 @@ redistribute normalises negative dims first (:meth:`Shard.normalized`), so movin
 
 from __future__ import annotations
 
+import torch
 import torch.distributed as dist
+
+from .mesh import DeviceMesh, get_current_mesh
 
 __all__ = ["Placement", "Shard", "Replicate", "Partial", "chunk_sizes", "chunk_offset", "normalize", "for_gradient"]
 
@@ -140,3 +143,63 @@ def for_gradient(placements) -> tuple[Placement, ...]:
     gradient of ``y``, identical on every rank: a replicated tensor.
     """
     return tuple(Replicate() if isinstance(p, Partial) else p for p in placements)
+
+
+_WHOLE = (Replicate, Partial)  # placements with nothing to normalise
+
+
+def resolve_placements(mesh, placements, ndim: int, what: str) -> tuple[DeviceMesh, tuple[Placement, ...]]:
+    """(mesh, placements) checked: the current mesh when none is given, Replicate everywhere when no
+    placements are, negative Shard dims counted from the end; ``what`` names the caller in errors."""
+    mesh = mesh if mesh is not None else get_current_mesh()
+    if mesh is None:
+        raise ValueError(f"{what}: pass device_mesh (or call it inside `with mesh:`)")
+    if placements is None:
+        placements = [Replicate()] * mesh.ndim
+    placements = tuple(placements)
+    if len(placements) == 1 == mesh.ndim:  # the common case, checked quickly
+        p = placements[0]
+        if type(p) in _WHOLE or (type(p) is Shard and 0 <= p.dim < ndim):
+            return mesh, placements
+    wrong = next((p for p in placements if not isinstance(p, Placement)), None)
+    if wrong is not None:
+        raise TypeError(f"{what}: placements holds {wrong!r}, a {type(wrong).__name__}, not a Placement: use "
+                        "Shard(dim), Replicate() or Partial()")
+    if len(placements) != mesh.ndim:
+        raise ValueError(f"{what}: give one placement per mesh dimension ({mesh.ndim}), got {placements}")
+    placements = normalize(placements, ndim)
+    shards = [p.dim for p in placements if isinstance(p, Shard)]
+    if len(shards) != len(set(shards)):
+        raise NotImplementedError(f"{what}: {placements} shards one tensor dim on two mesh dims; "
+                                  "use one per tensor dim")
+    return mesh, placements
+
+
+def local_shape(shape, mesh: DeviceMesh, placements) -> list[int]:
+    """This rank's local shape for a tensor of global ``shape``."""
+    local = list(shape)
+    for i, p in enumerate(placements):
+        if isinstance(p, Shard):
+            local[p.dim] = chunk_sizes(shape[p.dim], mesh.size(i))[mesh.get_local_rank(i)]
+    return local
+
+
+def global_shape(local, mesh: DeviceMesh, placements, shape=None, stride=None) -> torch.Size:
+    """from_local's global shape: ``shape`` checked against this rank's piece (``torch.chunk``
+    sizes), or, without one, even pieces (local size x ranks on each sharded dim)."""
+    if stride is not None and shape is None:
+        raise ValueError("DTensor.from_local: pass shape together with stride")
+    if shape is None:  # even pieces: torch.chunk then gives every rank exactly `local`
+        shape = list(local.shape)
+        for i, p in enumerate(placements):
+            if isinstance(p, Shard):
+                shape[p.dim] *= mesh.size(i)
+        return torch.Size(shape)
+    expected, shape = local_shape(shape, mesh, placements), torch.Size(shape)
+    if stride is not None and tuple(stride) != torch.empty(shape, device="meta").stride():
+        raise NotImplementedError(f"DTensor.from_local: only contiguous global strides, got {tuple(stride)}")
+    if list(local.shape) != expected:
+        raise ValueError(f"DTensor.from_local: rank {mesh.get_rank()} holds a local tensor of shape "
+                         f"{list(local.shape)}, but a global {list(shape)} laid out as {list(placements)} gives it "
+                         f"{expected} (torch.chunk sizes); pass the right shape=")
+    return shape

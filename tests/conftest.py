@@ -1,7 +1,9 @@
 import os
 import sys
 
-# Rank code lives in tests/rank_checks.py; launched ranks import it by name.
+# One test file per feature: tests/test_<feature>.py; its rank code (what runs inside the launched
+# processes) in tests/rank_<feature>.py; the helpers every test shares (clean, Checker, raises, chunk,
+# gather_all) written once in tests/checks.py. Launched ranks import these modules by name.
 sys.path.insert(0, os.path.dirname(__file__))
 
 # A developer's exported TENSORPLAY_CHECK_NCCL (tensorplay_edu.gpu_rules.nccl) would put every launched rank of

@@ -4,6 +4,7 @@ synchronous one, the seed's way of switching it on, the timeline."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 
 import torch
@@ -59,7 +60,7 @@ def seed_async(source: str | None) -> tuple[list[str], int]:
     from rank_parallel import run_llama_with
     from tensorplay_edu.async_tp import _GROUPS
 
-    from rank_plans import exec_apply_tp
+    from rank_parallelize_module import exec_apply_tp
 
     apply_tp = exec_apply_tp(source)
     try:
@@ -73,7 +74,7 @@ def seed_async(source: str | None) -> tuple[list[str], int]:
 def uneven_rings() -> tuple[list[str], int]:
     """The two decomposed ops on 10 sequence rows over t ranks (4 ranks: 3, 3, 3, 1) against one
     process: outputs and every gradient."""
-    from rank_checks import chunk
+    from checks import Checker, chunk
     from tensorplay_edu.async_tp import GatherMatmul, MatmulReduceScatter
     from tensorplay_edu.placement import chunk_sizes
 
@@ -85,13 +86,8 @@ def uneven_rings() -> tuple[list[str], int]:
     mine = [chunk(w.detach(), 0, t, r).clone().requires_grad_(True) for w in (w1, w2)]  # this rank's rows
     shard = chunk(x.detach(), 1, t, r).clone().requires_grad_(True)
     outs = GatherMatmul.apply(shard, mesh, 1, chunk_sizes(10, t), *mine)  # [b, s, o/t] each
-    fails, n = [], 0
-
-    def check(what, got, want):
-        nonlocal n
-        n += 1
-        if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-12, atol=1e-13):
-            fails.append(what)
+    checker = Checker()
+    check = functools.partial(checker.close, rtol=1e-12, atol=1e-13)
 
     weights = [torch.randn(o.shape, generator=g, dtype=torch.float64) for o in (x @ w1.t(), x @ w2.t())]
     sum((x @ w.t() * c).sum() for w, c in zip((w1, w2), weights)).backward()
@@ -112,7 +108,7 @@ def uneven_rings() -> tuple[list[str], int]:
     check("matmul-scatter output", y, chunk((xf @ wf.t()).detach(), 1, t, r))
     check("matmul-scatter input grad", x_local.grad, chunk(xf.grad, 2, t, r))
     check("matmul-scatter weight grad", w_local.grad, chunk(wf.grad, 1, t, r))
-    return fails, n
+    return checker.result()
 
 
 # ---- where the ring is refused (issue 18) -------------------------------------------------------

@@ -17,8 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rank_api import _raises
-from rank_checks import chunk
+from checks import Checker, chunk, raises
 from tensorplay_edu import CommDebugMode, DTensor, Replicate, Shard, distribute_tensor, init_device_mesh
 from tensorplay_edu.parallel import (ColwiseParallel, RowwiseParallel, clip_grad_norm_, full_state_dict,
                                      param_layout, parallelize_module)
@@ -29,14 +28,12 @@ INF = math.inf
 BINDING, LOOSE = 1e-3, 1e6  # max_norm below / far above every norm these models reach
 
 
-class Checker:
-    def __init__(self):
-        self.fails, self.n, self.norms = [], 0, []
+class ClipChecker(Checker):
+    """checks.Checker, plus the norms this rank returned; close() wants the same dtype too, at TOL."""
 
-    def __call__(self, what: str, ok: bool) -> None:
-        self.n += 1
-        if not ok:
-            self.fails.append(what)
+    def __init__(self):
+        super().__init__()
+        self.norms = []
 
     def close(self, what: str, got, want) -> None:
         ok = got is not None and want is not None and got.shape == want.shape and got.dtype == want.dtype \
@@ -63,7 +60,7 @@ SCHEDULE = [(True, BINDING), (False, LOOSE), (True, LOOSE), (False, BINDING)]
 SCHEDULE_NONE = SCHEDULE + [(None, BINDING), (None, LOOSE)]
 
 
-def clip_and_train(check: Checker, label: str, ref: nn.Module, model: nn.Module, loss_ref, loss_tp, *,
+def clip_and_train(check: ClipChecker, label: str, ref: nn.Module, model: nn.Module, loss_ref, loss_tp, *,
                    norm_type: float, schedule=SCHEDULE, forward: nn.Module | None = None):
     """AdamW steps with clipping, ``ref`` clipped by torch, ``model`` by ours; step i clips
     with ``schedule[i] = (foreach, max_norm)``.
@@ -121,7 +118,7 @@ def _mlp_loss(model, step):
 
 def mlp(norm_types=(2.0, 1.0, 3.0, INF)):
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    check = Checker()
+    check = ClipChecker()
     for norm_type in norm_types:
         torch.manual_seed(0)
         ref = _mlp().double()
@@ -161,7 +158,7 @@ def llama(plan: str, norm_types=(2.0, 1.0, INF)):
     from tensorplay_edu.models import Transformer, parallelize_llama
 
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    check = Checker()
+    check = ClipChecker()
     for norm_type in norm_types:
         torch.manual_seed(0)
         ref = Transformer(_llama_args(mesh.size())).double()
@@ -198,7 +195,7 @@ def dp_tp(plan: str, norm_types=(2.0, 1.0, INF)):
 
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     dp = mesh.get_local_rank("dp")
-    check = Checker()
+    check = ClipChecker()
     for norm_type in norm_types:
         torch.manual_seed(0)
         ref = Transformer(_llama_args(2)).double()
@@ -251,7 +248,7 @@ def _loss_2d(params, step):
 
 def layouts_2d(norm_types=(2.0, 1.0, 3.0, INF)):
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-    check = Checker()
+    check = ClipChecker()
     for norm_type in norm_types:
         ref, params = _params_2d(mesh)
         clip_and_train(check, "2-D layouts", ref, params, _loss_2d, _loss_2d, norm_type=norm_type,
@@ -271,7 +268,7 @@ def nonfinite():
     """A non-finite value in ONE rank's piece (the first rank's, the last rank's): every rank
     sees the single-device norm (and raises together with error_if_nonfinite)."""
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    check = Checker()
+    check = ClipChecker()
     for bad in (INF, math.nan):
         for row in (0, 9):  # of the first Linear's 10 output rows: on the first rank, on the last
             for norm_type in (2.0, INF):
@@ -284,7 +281,7 @@ def nonfinite():
                     ref[0].weight.grad[row, 3] = bad
                     model[0].weight.grad.copy_(chunk(ref[0].weight.grad, 0, mesh.size(), mesh.get_local_rank()))
                 label = f"bad={bad} on row {row} p={norm_type}"
-                _raises(check.fails, f"error_if_nonfinite {label}", RuntimeError,
+                raises(check.fails, f"error_if_nonfinite {label}", RuntimeError,
                         lambda: clip_grad_norm_(model.parameters(), 1.0, norm_type, error_if_nonfinite=True),
                         "is non-finite, so it cannot be clipped")
                 check.n += 1
@@ -300,7 +297,7 @@ def guard():
     """torch's clip_grad_norm_ / get_total_norm refuse parameters sharded over more than one rank."""
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     split = mesh.size() > 1
-    check = Checker()
+    check = ClipChecker()
     torch.manual_seed(0)
     ref = _mlp().double()
     model = _mlp_plan(copy.deepcopy(ref), mesh)
@@ -322,7 +319,7 @@ def guard():
         }
         for label, call in calls.items():
             if split:
-                _raises(check.fails, f"guard {label}", RuntimeError, call, "sharded over several ranks",
+                raises(check.fails, f"guard {label}", RuntimeError, call, "sharded over several ranks",
                         "tensorplay_edu.parallel.clip_grad_norm_")
                 check.n += 1
                 check(f"guard {label}: gradients untouched",
@@ -332,7 +329,7 @@ def guard():
     # the gradients of sharded parameters are pieces too (issue 17: get_total_norm([p.grad ...]) was per rank)
     grads = [p.grad for p in model.parameters()]
     if split:
-        _raises(check.fails, "guard get_total_norm(gradients)", RuntimeError, lambda: utils.get_total_norm(grads),
+        raises(check.fails, "guard get_total_norm(gradients)", RuntimeError, lambda: utils.get_total_norm(grads),
                 "sharded over several ranks", "tensorplay_edu.parallel.clip_grad_norm_")
         check.n += 1
     else:

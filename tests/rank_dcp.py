@@ -8,8 +8,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from rank_checks import chunk
-from rank_scratch import Checker
+from checks import Checker, chunk
 from tensorplay_edu import init_device_mesh
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
 from tensorplay_edu.parallel import bucket_partial_grads, full_state_dict, param_layout

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rank_checks import chunk
+from checks import chunk
 from tensorplay_edu import init_device_mesh
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
 from tensorplay_edu.parallel import load_full_state_dict, param_layout

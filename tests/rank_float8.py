@@ -50,7 +50,7 @@ def against_one_device(plan: str, dtype_name: str, apply=None) -> tuple[list[str
 
 def seed_float8(source: str | None) -> tuple[list[str], int]:
     """torchtitan's apply_tp with enable_float8_tensorwise_tp=True (its float8 import pointed here)."""
-    from rank_plans import seed_apply_tp
+    from rank_parallelize_module import seed_apply_tp
 
     return against_one_device("vanilla", "float64", apply=seed_apply_tp(source, float8=True))
 

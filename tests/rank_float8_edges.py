@@ -9,9 +9,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from checks import Checker
 from rank_float8 import against_one_device, float8_llama
 from rank_parallel import train_compare
-from rank_scratch import Checker
 from tensorplay_edu import CommDebugMode, Replicate, Shard, init_device_mesh
 from tensorplay_edu.float8 import Float8LinearConfig, convert_to_float8_training
 from tensorplay_edu.float8.float8_tensor_parallel import Float8ColwiseParallel, Float8RowwiseParallel
@@ -22,7 +22,7 @@ from tensorplay_edu.parallel import ColwiseParallel, RowwiseParallel, paralleliz
 def plain_styles_seed(source: str | None) -> tuple[list[str], int]:
     """torchtitan's apply_tp with enable_float8_tensorwise_tp=False on a converted model: the plain
     styles, global amaxes, communication in high precision; equal to the float8 model on one device."""
-    from rank_plans import seed_apply_tp
+    from rank_parallelize_module import seed_apply_tp
 
     return against_one_device("vanilla", "float64", apply=seed_apply_tp(source, float8=False))
 

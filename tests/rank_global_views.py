@@ -13,8 +13,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 
+from checks import Checker
 from rank_dcp import ARGS, TOL, build, reference, snapshot, train
-from rank_scratch import Checker
 from tensorplay_edu import Replicate, init_device_mesh
 from tensorplay_edu.models import Transformer
 from tensorplay_edu.parallel import ColwiseParallel, RowwiseParallel, full_state_dict, parallelize_module

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 
 import torch
 import torch.distributed as dist
 
-from rank_checks import chunk
+from checks import Checker, chunk
 from rank_parallel import TOL, full_grads
 from tensorplay_edu import CommDebugMode, init_device_mesh
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
@@ -44,13 +45,8 @@ def train(dp: int = 1, ddp: bool = False, micro=1, via: str = "step", steps: int
     gradients made whole by ``via``: "step" (the optimizer's pre-step hook), "clip" (clip_grad_norm_), or
     "finalize" (an explicit call); losses, every gradient (when read), and the weights against one process."""
     model, runner, ref, opt, opt_ref, handle, dp_rank = _setup(dp, ddp)
-    fails, n = [], 0
-
-    def check(what, got, want):
-        nonlocal n
-        n += 1
-        if got is None or got.shape != want.shape or not torch.allclose(got, want, **TOL[torch.float64]):
-            fails.append(f"bucket dp={dp} ddp={ddp} micro={micro} via={via}: {what}")
+    check = Checker(f"bucket dp={dp} ddp={ddp} micro={micro} via={via}")
+    close = functools.partial(check.close, **TOL[torch.float64])
 
     for step in range(steps):
         g = torch.Generator().manual_seed(100 + step)
@@ -69,9 +65,9 @@ def train(dp: int = 1, ddp: bool = False, micro=1, via: str = "step", steps: int
             if dp > 1:
                 dist.all_reduce(mean)  # test bookkeeping: the mean over every rank (the tp ranks agree)
                 mean /= dist.get_world_size()
-            check(f"step {step} micro {i} loss", mean, ref_loss.detach())
+            close(f"step {step} micro {i} loss", mean, ref_loss.detach())
         if via == "clip":
-            check(f"step {step} clipped norm", clip_grad_norm_(model.parameters(), 0.5),
+            close(f"step {step} clipped norm", clip_grad_norm_(model.parameters(), 0.5),
                   torch.nn.utils.clip_grad_norm_.__wrapped__(ref.parameters(), 0.5))
         elif via == "finalize":
             handle.finalize()
@@ -79,14 +75,14 @@ def train(dp: int = 1, ddp: bool = False, micro=1, via: str = "step", steps: int
         if via != "step":  # whole now: every gradient against one process
             got = full_grads(model)
             for name, p in ref.named_parameters():
-                check(f"step {step} grad {name}", got[name], p.grad)
+                close(f"step {step} grad {name}", got[name], p.grad)
         for o in (opt, opt_ref):
             o.step()
             o.zero_grad()
     state = full_state_dict(model)
     for name, value in ref.state_dict().items():
-        check(f"weights {name} after {steps} steps", state[name], value)
-    return fails, n
+        close(f"weights {name} after {steps} steps", state[name], value)
+    return check.result()
 
 
 def finalize_per_micro_batch() -> tuple[list[str], int]:

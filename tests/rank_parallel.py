@@ -1,6 +1,7 @@
-"""Rank code for the parallel-style tests: train a parallelized copy beside the
-single-device model and compare everything (outputs, loss, every parameter gradient,
-the input gradient, the weights after each optimizer step)."""
+"""Rank code for the parallel-style tests (tests/test_colwise_rowwise.py, test_sequence_parallel.py, and
+the Llama plans in test_parallelize_module.py): train a parallelized copy beside the single-device
+model and compare everything (outputs, loss, every parameter gradient, the input gradient, the
+weights after each optimizer step). train_compare and run_llama are the harness many other tests reuse."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from rank_checks import chunk
+from checks import Checker, chunk
 from tensorplay_edu import DTensor, Replicate, Shard, init_device_mesh
 from tensorplay_edu.parallel import bucket_partial_grads, full_state_dict, param_layout
 from tensorplay_edu.parallel.params import as_dtensor
@@ -64,13 +65,7 @@ def train_compare(label, build, parallelize, make_input, *, in_layout=Replicate(
         init_device_mesh("cpu", (world,))
     tp_mesh = mesh["tp"] if dp > 1 else mesh
     dp_rank = mesh.get_local_rank("dp") if dp > 1 else 0
-    fails, checks = [], 0
-
-    def check(what, ok):
-        nonlocal checks
-        checks += 1
-        if not ok:
-            fails.append(f"{label} [{dtype}]: {what}")
+    check = Checker(f"{label} [{dtype}]")
 
     def mine(full):  # this rank's rows of the batch, then its tensor-parallel piece
         return chunk(full, 0, dp, dp_rank) if dp > 1 else full
@@ -131,7 +126,7 @@ def train_compare(label, build, parallelize, make_input, *, in_layout=Replicate(
         state, want = full_state_dict(model), ref.state_dict()
         for name in want:
             check(f"{opt_name} weights {name} after {steps} steps", _close(state[name], want[name], dtype))
-    return fails, checks
+    return check.result()
 
 
 # ---- the cases ---------------------------------------------------------------------

@@ -11,19 +11,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from rank_scratch import Checker
+from checks import Checker, gather_all
 from tensorplay_edu import Replicate, Shard, init_device_mesh
 from tensorplay_edu.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel,
                                      parallelize_module)
 
 P = 0.5
-
-
-def _gather(x: torch.Tensor) -> list[torch.Tensor]:
-    """Every rank's tensor (same shape), to compare ranks (test bookkeeping)."""
-    out = [torch.empty_like(x) for _ in range(dist.get_world_size())]
-    dist.all_gather(out, x.contiguous())
-    return out
 
 
 class FFN(nn.Module):
@@ -104,7 +97,7 @@ def regions(sp: bool) -> tuple[list[str], int]:
         model(x)
         first = dict(model.seen)
         inner = "heads" if name == "attention" else "inner"
-        mine = _gather(first[inner].float())
+        mine = gather_all(first[inner].float())
         check(f"{name}: ranks draw their own masks on sharded activations",
               all(not torch.equal(mine[0], mine[r]) for r in range(1, t)))
         if name != "attention":
@@ -115,13 +108,13 @@ def regions(sp: bool) -> tuple[list[str], int]:
         else:
             heads = first["heads"]
             check("attention: each head its own mask", not torch.equal(heads[:, 0], heads[:, 1]))
-        outer = _gather(first["outer"].float())
+        outer = gather_all(first["outer"].float())
         if sp:  # reduce-scattered to this rank's tokens: its own mask again
             check(f"{name} SP: the residual dropout's masks differ", not torch.equal(outer[0], outer[1]))
         else:  # after the all-reduce: one replicated tensor, one mask
             check(f"{name}: the residual dropout's mask is the same everywhere",
                   all(torch.equal(outer[0], o) for o in outer))
-        states = _gather(torch.get_rng_state())
+        states = gather_all(torch.get_rng_state())
         check(f"{name}: the default generator stays in step", all(torch.equal(states[0], s) for s in states))
         model(x)
         check(f"{name}: a new step, new masks", not torch.equal(model.seen[inner], first[inner]))
@@ -142,7 +135,7 @@ def sequence_parallel_functional() -> tuple[list[str], int]:
     check = Checker()
     drop = parallelize_module(Drop(), mesh, SequenceParallel(use_local_output=True))
     torch.manual_seed(3)
-    masks = _gather(drop(torch.ones(2, 16, 32)) != 0)
+    masks = gather_all(drop(torch.ones(2, 16, 32)) != 0)
     check("F.dropout under SP: masks differ", all(not torch.equal(masks[0], m) for m in masks[1:]))
     again = drop(torch.ones(2, 16, 32)) != 0
     check("and change from step to step", not torch.equal(again, masks[dist.get_rank()]))
@@ -230,14 +223,14 @@ def replicated_dropout_inside_a_region(requires_grad: bool) -> tuple[list[str], 
         x = torch.ones(4, 6, 8, requires_grad=requires_grad)
         torch.manual_seed(5)
         out = model(x)
-        outs, skips, inner = _gather(out.detach()), _gather(model.seen["skip"].float()), \
-            _gather(model.seen["inner"].float())
+        outs, skips, inner = gather_all(out.detach()), gather_all(model.seen["skip"].float()), \
+            gather_all(model.seen["inner"].float())
         check(f"{way}: the replicated output is the same on every rank", all(torch.equal(outs[0], o) for o in outs))
         check(f"{way}: one skip mask everywhere", all(torch.equal(skips[0], s) for s in skips))
         check(f"{way}: about half the skip kept", 0.3 < float(skips[0].mean()) < 0.7)
         check(f"{way}: the hidden units' masks differ", all(not torch.equal(inner[0], m) for m in inner[1:]))
         if requires_grad:
             out.pow(2).sum().backward()
-            grads = _gather(x.grad)
+            grads = gather_all(x.grad)
             check(f"{way}: the input gradient is the same on every rank", all(torch.equal(grads[0], g) for g in grads))
     return check.result()

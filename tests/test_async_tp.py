@@ -8,22 +8,17 @@ import torch
 
 import rank_async
 import rank_parallel
-import rank_plans
+import rank_parallelize_module
+from checks import clean
 from tensorplay_edu import launch
 from tensorplay_edu.async_tp.timeline import overlap, ring_ideal
 
 L = 2
 
 
-def _clean(results, at_least):
-    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
-    assert not fails, "\n".join(fails[:30])
-    assert min(n for _, n in results) >= at_least, [n for _, n in results]
-
-
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_async_full_plan_trains_like_one_device(world_size):
-    _clean(launch(functools.partial(rank_parallel.run_llama, "full", "float64", wrap="async"), world_size),
+    clean(launch(functools.partial(rank_parallel.run_llama, "full", "float64", wrap="async"), world_size),
            at_least=180)
 
 
@@ -52,7 +47,7 @@ def test_decomposed_step_equals_the_synchronous_step(world_size, mode):
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_the_rings_on_uneven_chunks(world_size):
     """10 sequence rows over 3 or 4 ranks: chunks of different sizes travel the rings."""
-    _clean(launch(rank_async.uneven_rings, world_size), at_least=8)
+    clean(launch(rank_async.uneven_rings, world_size), at_least=8)
 
 
 def test_the_vanilla_plan_has_nothing_to_decompose():
@@ -67,10 +62,10 @@ def test_the_vanilla_plan_has_nothing_to_decompose():
 def test_apply_tp_with_enable_async_tp():
     """tensorplay_edu.models.apply_tp always; torchtitan's verbatim text too when ../shared/seeds is there,
     with its enable_symm_mem_for_group import pointed at tensorplay_edu.async_tp."""
-    seed = rank_plans.seed_apply_tp_text()
+    seed = rank_parallelize_module.seed_apply_tp_text()
     for source in [None] + ([seed] if seed else []):
         assert source is None or "torch.distributed._symmetric_memory" in source
-        _clean(launch(functools.partial(rank_async.seed_async, source), 2), at_least=180)
+        clean(launch(functools.partial(rank_async.seed_async, source), 2), at_least=180)
 
 
 @pytest.mark.parametrize("world_size", [2, 4])

@@ -1,4 +1,4 @@
-"""`make bench`'s float8 and async rows (benchmarks/bench.py, benchmarks/report.py): tiny launched variants'
+"""`make bench`'s float8 and async rows (benchmarks/bench.py, runners.py, report*.py): tiny launched variants'
 records, the float8 and async tables rendered from made-up ones, the --float8 / --async-tp / --async-only
 options' guards. No timing."""
 
@@ -12,19 +12,25 @@ BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, BENCH)
 
 import bench  # noqa: E402
+import configs  # noqa: E402
+import probes  # noqa: E402
 import report  # noqa: E402
+import report_async  # noqa: E402
+import report_float8  # noqa: E402
+import report_floor  # noqa: E402
+import runners  # noqa: E402
 from tensorplay_edu import launch  # noqa: E402
 
 
 def test_a_float8_variant_records_what_the_table_needs():
     """Full plan, 2 ranks, small config, one step: the float8 all-gathers move 1 byte per element."""
-    f8, hp = (launch(bench.rank_bench, 2, "small", "full", "ours", 1, 0, torch.float32, float8, timeout=120)[0]
+    f8, hp = (launch(runners.rank_bench, 2, "small", "full", "ours", 1, 0, torch.float32, float8, timeout=120)[0]
               for float8 in (True, False))
     assert {"median_s", "counts", "bytes", "float8_bytes", "saved", "rss_mb", "layer_saved"} <= f8.keys()
     assert f8["counts"]["all_gather"] == hp["counts"]["all_gather"]
     assert f8["counts"]["reduce_scatter"] == hp["counts"]["reduce_scatter"]
     assert f8["counts"]["all_reduce"] > hp["counts"]["all_reduce"]  # the amax all-reduces
-    c = bench.CONFIGS["small"]
+    c = configs.CONFIGS["small"]
     block_gather = c["batch"] * c["seq"] * c["dim"] // 2  # what one rank sends of one [b, s, h] all-gather, 1 byte each
     gathers = 4 * c["n_layers"]  # attention / feed_forward inputs forward, wo / w2 output gradients backward
     assert f8["float8_bytes"] == gathers * block_gather
@@ -50,7 +56,8 @@ def test_the_report_has_the_float8_table_and_keeps_the_main_one(tmp_path, monkey
     assert "| small | full | 2 | 100 / 150 | 300 | 200 | 1.50 |" in text and "| 100 / 400 | 0.25 | 50% |" in text
     prose = " ".join(text.split())  # the notes are wrapped
     assert "costs more time than it saves" in prose and "`make gpu-check` (check d2" in prose and "beside d1" in prose
-    assert report.float8_section([r for r in table if "float8" not in r["impl"]]) == []  # an old table: no section
+    old = [r for r in table if "float8" not in r["impl"]]
+    assert report_float8.float8_section(old) == []  # an old table: no section
     assert "through `torch._scaled_mm`, on the CPU here" in prose and "emulated" not in prose
     table[2]["float8_emulated"] = True  # a CPU whose float8 matmul is a reference loop: the report says so
     prose = " ".join(report.render(table, True, str(tmp_path)).split())
@@ -58,7 +65,7 @@ def test_the_report_has_the_float8_table_and_keeps_the_main_one(tmp_path, monkey
 
 
 def test_float8_models_emulate_the_matmul_where_the_cpu_has_only_a_reference_loop(monkeypatch):
-    """bench.float8_emulated() times one 128 x 128 float8 matmul against float32's, here on a clock that only
+    """configs.float8_emulated() times one 128 x 128 float8 matmul against float32's, here on a clock that only
     the matmuls move (timed for real, a CI run once took a 1000x loop for a kernel). Every clock read adds a
     microsecond, so float32's matmul takes one; a float8 one taking a second turns emulation on, ten
     microseconds (a kernel's pace) does not. The float8 call is the real one, with bench's arguments."""
@@ -76,8 +83,8 @@ def test_float8_models_emulate_the_matmul_where_the_cpu_has_only_a_reference_loo
             return out
 
         monkeypatch.setattr(torch, "_scaled_mm", scaled_mm)
-        assert bench.float8_emulated(clock) is expected
-        model = bench.build("small", float8=True, emulate=expected)[0]
+        assert configs.float8_emulated(clock) is expected
+        model = configs.build("small", float8=True, emulate=expected)[0]
         assert {m.config.emulate for m in model.modules() if hasattr(m, "float8_spec")} == {expected}
 
 
@@ -86,7 +93,7 @@ def test_float8_models_emulate_the_matmul_where_the_cpu_has_only_a_reference_loo
                                                        (2e-3, 0.05, False), (2e-3, 2.0, True)])
 def test_the_reference_loop_is_fifty_times_float32_and_a_millisecond_more(float32_s, float8_s, loop):
     """The rule on its own: over 50x float32's time plus 1 ms is a loop; a kernel a few times float32's is not."""
-    assert bench.is_reference_loop(float32_s, float8_s) is loop
+    assert configs.is_reference_loop(float32_s, float8_s) is loop
 
 
 @pytest.mark.parametrize("argv, message", [(["--float8"], "--float8 goes with --torchrun"),
@@ -107,8 +114,8 @@ def test_option_guards(argv, message, capsys):
 def test_an_async_pinned_variant_records_what_the_table_needs():
     """Full plan, 2 ranks, small config, one step, async TP on and the main threads pinned: the decomposed
     collectives by name, the synchronous step's bytes, one block-input ring's times, the step's ring waits."""
-    res = launch(bench.rank_bench, 2, "small", "full", "ours", 1, 0, torch.float32, False, True, True, timeout=120)[0]
-    L = bench.CONFIGS["small"]["n_layers"]
+    res = launch(runners.rank_bench, 2, "small", "full", "ours", 1, 0, torch.float32, False, True, True, timeout=120)[0]
+    L = configs.CONFIGS["small"]["n_layers"]
     assert res["counts"] == {"all_gather_matmul": 4 * L + 1, "matmul_reduce_scatter": 4 * L + 1, "all_gather": 1,
                              "reduce_scatter": 1, "all_reduce": res["sync_counts"]["all_reduce"]}, res["counts"]
     assert res["sync_counts"]["all_gather"] == res["sync_counts"]["reduce_scatter"] == 4 * L + 2
@@ -126,7 +133,7 @@ def test_ring_waits_counts_transfer_time_under_no_matmul():
     tl = [Interval("transfer", "chunk 1", 0.0, 4.0), Interval("compute", "chunk 0", 0.5, 2.0),
           Interval("transfer", "sum 0", 5.0, 6.0), Interval("compute", "chunk 1", 5.0, 5.25),
           Interval("compute", "chunk 1", 5.2, 5.5)]
-    out = bench.ring_waits(tl)
+    out = probes.ring_waits(tl)
     assert out == {"compute_s": 2.0, "transfer_s": 5.0, "wait_s": 3.0, "transfers": 2}
 
 
@@ -153,7 +160,7 @@ def test_the_report_has_the_async_table_and_keeps_the_main_one(tmp_path, monkeyp
     prose = " ".join(text.split())
     assert "0.90 times the pinned synchronous step (faster, beyond the repeats' spread)" in prose
     assert "1.05 times the synchronous step (slower" in prose and "check d3" in prose
-    assert report.async_section([r for r in _async_table() if "async" not in r["impl"]]) == []  # no section
+    assert report_async.async_section([r for r in _async_table() if "async" not in r["impl"]]) == []  # no section
 
 
 def test_summarize_raises_when_async_moves_other_bytes():
@@ -169,7 +176,8 @@ def test_summarize_raises_when_async_moves_other_bytes():
 def test_a_hand_variant_runs_the_floor_and_moves_the_same_gather_bytes():
     """The hand-written floor in the bench: one launched step per plan, the same model and batch as ours."""
     for plan in ("vanilla", "full"):
-        hand, ours = (launch(bench.rank_bench, 2, "small", plan, impl, 1, 0, timeout=120)[0] for impl in ("hand", "ours"))
+        hand, ours = (launch(runners.rank_bench, 2, "small", plan, impl, 1, 0, timeout=120)[0]
+                      for impl in ("hand", "ours"))
         assert hand["median_s"] > 0 and hand["saved"] > 0
         if plan == "full":  # the same activations kept for backward, up to the loss's [N] vectors
             assert abs(hand["saved"] - ours["saved"]) <= 0.01 * ours["saved"], (hand["saved"], ours["saved"])
@@ -197,11 +205,11 @@ def test_the_floor_section_reads_its_target_from_the_turns_and_shows_the_launche
     assert "| 1.060 | 1.000 to 1.060 | 0.990 to 1.120 (88%) | <= 1.05 MISSED | +2.0 | 3 | 1.04 |" in text
     assert "Floor targets met: 0 of 1." in text
     for gone in ("hand", "paired"):  # an old table: no section
-        assert report.floor_section([r for r in table if r["impl"] != gone]) == []
+        assert report_floor.floor_section([r for r in table if r["impl"] != gone]) == []
 
 
 def test_the_loss_alone_is_timed_against_the_floor(tmp_path, monkeypatch):
-    res = launch(bench.rank_loss_bench, 2, "small", 2, timeout=120)[0]
+    res = launch(runners.rank_loss_bench, 2, "small", 2, timeout=120)[0]
     assert res["ours_ms"] > 0 and res["hand_ms"] > 0 and len(res["ratios"]) == 2
     monkeypatch.setattr(report, "_chart", lambda table, path: None)
     table = [_row("ours", ms=105), _row("torch", ms=150), _row("ours", "gathered"), _row("single", "-", 1, 90),
@@ -230,13 +238,13 @@ def test_a_quick_run_leaves_the_committed_record_alone(tmp_path, monkeypatch):
 
 
 def test_the_committed_record_and_the_readme_name_the_same_full_run():
-    """The README's benchmark table is copied from results.md: both name the run and its commit."""
+    """docs/benchmark.md's table is copied from results.md: both name the run and its commit."""
     root = os.path.dirname(BENCH)
     run = open(os.path.join(BENCH, "results.md")).read().splitlines()[2]
     assert run.startswith("Run: `make bench` (full run) on commit "), run
     commit = run.split(" on commit ")[1].split(",")[0].split()[0]
-    readme = open(os.path.join(root, "README.md")).read()
-    section = readme[readme.index("## Benchmark (`make bench`)"):]
+    readme = open(os.path.join(root, "docs", "benchmark.md")).read()
+    section = readme[readme.index("# Benchmark (`make bench`)"):]
     assert f"the full run on commit {commit}" in " ".join(section.split()), commit
 
 

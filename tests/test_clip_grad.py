@@ -18,7 +18,9 @@ from tensorplay_edu.parallel import clip_grad as ours
 LLAMA_CHECKS = 3 * (4 * 23 + 21)
 
 
-def _clean(results, at_least):
+def _clean_and_same_norms(results, at_least):
+    """checks.clean for ranks that return (fails, checks, norms): only rank 0 (which runs the reference)
+    needs ``at_least`` checks, and every rank must return the same norms."""
     fails = sorted({f for rank_fails, _, _ in results for f in rank_fails})
     assert not fails, "\n".join(fails[:30])
     assert results[0][1] >= at_least, [n for _, n, _ in results]  # rank 0 compares with the reference
@@ -29,13 +31,13 @@ def _clean(results, at_least):
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_mlp_uneven_and_empty_shards(world_size):
     # 4 norm types x (6 steps x (norm, binding, 6 grads) + 6 weights)
-    _clean(launch(rank_clip.mlp, world_size), at_least=4 * (6 * 8 + 6))
+    _clean_and_same_norms(launch(rank_clip.mlp, world_size), at_least=4 * (6 * 8 + 6))
 
 
 @pytest.mark.parametrize("plan", ["vanilla", "full"])
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_llama_clips_like_one_process(plan, world_size):
-    _clean(launch(rank_clip.llama, world_size, plan), at_least=LLAMA_CHECKS)
+    _clean_and_same_norms(launch(rank_clip.llama, world_size, plan), at_least=LLAMA_CHECKS)
 
 
 @pytest.mark.parametrize("plan", ["vanilla", "full"])
@@ -46,27 +48,27 @@ def test_one_all_reduce_for_the_whole_model(plan):
 
 
 def test_dp_x_tp_vanilla():
-    _clean(launch(rank_clip.dp_tp, 4, "vanilla"), at_least=LLAMA_CHECKS)
+    _clean_and_same_norms(launch(rank_clip.dp_tp, 4, "vanilla"), at_least=LLAMA_CHECKS)
 
 
 def test_dp_x_tp_full():
     """The full plan under DDP (sequence-parallel norm weights: their gradients must be whole before DDP reads them)."""
-    _clean(launch(rank_clip.dp_tp, 4, "full"), at_least=LLAMA_CHECKS)
+    _clean_and_same_norms(launch(rank_clip.dp_tp, 4, "full"), at_least=LLAMA_CHECKS)
 
 
 def test_layouts_on_a_2d_mesh():
-    _clean(launch(rank_clip.layouts_2d, 4), at_least=4 * (6 * 9 + 7) + 1)
+    _clean_and_same_norms(launch(rank_clip.layouts_2d, 4), at_least=4 * (6 * 9 + 7) + 1)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4])
 def test_nonfinite_on_one_rank(world_size):
-    _clean(launch(rank_clip.nonfinite, world_size), at_least=16)
+    _clean_and_same_norms(launch(rank_clip.nonfinite, world_size), at_least=16)
 
 
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_guard_on_torch_clip_grad_norm(world_size):
     results = launch(rank_clip.guard, world_size)
-    _clean([(f, n, norms[1:]) for f, n, norms in results], at_least=7 * (2 if world_size > 1 else 1) + 3)
+    _clean_and_same_norms([(f, n, norms[1:]) for f, n, norms in results], at_least=7 * (2 if world_size > 1 else 1) + 3)
     if world_size > 1:  # what the guard prevents: torch's function gives each rank another norm
         assert results[0][2][0] != results[1][2][0]
 

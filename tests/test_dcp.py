@@ -16,14 +16,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
 import rank_dcp
+from checks import clean
 from tensorplay_edu import launch
 from tensorplay_edu.models import Transformer
-
-
-def _clean(results, at_least):
-    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
-    assert not fails, "\n".join(fails[:30])
-    assert min(n for _, n in results) >= at_least, [n for _, n in results]
 
 
 @pytest.mark.parametrize("plan", ["vanilla", "full"])
@@ -31,7 +26,7 @@ def test_dcp_save_of_model_state_dict_loads_at_any_tp_degree(tmp_path, plan):
     path = str(tmp_path / "ckpt")
     saved = launch(rank_dcp.save_plain, 4, path, plan)[0]
     for world in (4, 3, 2, 1):
-        _clean(launch(rank_dcp.load_plain, world, path, saved, plan), at_least=len(saved) + 2)
+        clean(launch(rank_dcp.load_plain, world, path, saved, plan), at_least=len(saved) + 2)
     # one process, no process group, no tensorplay_edu: the single-device model reads the whole tensors
     ref = Transformer(rank_dcp.ARGS).double()
     state = ref.state_dict()
@@ -49,7 +44,7 @@ def test_model_and_optimizer_reshard_from_tp4_and_train_on_like_one_process(tmp_
     path = str(tmp_path / "ckpt")
     saved = launch(rank_dcp.save, 4, path, plan, 1, None, 2, bucket)[0]
     for world in (4, 3, 2, 1):
-        _clean(launch(rank_dcp.resume, world, path, saved, plan, 1, None, 2, 2, bucket),
+        clean(launch(rank_dcp.resume, world, path, saved, plan, 1, None, 2, 2, bucket),
                at_least=len(saved["model"]) * 2)
 
 
@@ -58,6 +53,6 @@ def test_dp_x_tp_checkpoints_reshard(tmp_path, wrap):
     """Saved on a (dp 2, tp 2) mesh under DDP or FSDP2; loaded there again, at TP 4 and at TP 1."""
     path = str(tmp_path / "ckpt")
     saved = launch(rank_dcp.save, 4, path, "full", 2, wrap)[0]
-    _clean(launch(rank_dcp.resume, 4, path, saved, "full", 2, wrap), at_least=len(saved["model"]) * 2)
+    clean(launch(rank_dcp.resume, 4, path, saved, "full", 2, wrap), at_least=len(saved["model"]) * 2)
     for world in (4, 1):
-        _clean(launch(rank_dcp.resume, world, path, saved, "full"), at_least=len(saved["model"]) * 2)
+        clean(launch(rank_dcp.resume, world, path, saved, "full"), at_least=len(saved["model"]) * 2)

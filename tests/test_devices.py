@@ -10,14 +10,9 @@ import warnings
 import pytest
 
 import rank_device
+from checks import clean
 from tensorplay_edu import launch
 from tensorplay_edu.launcher.torchrun import choose_backend, exit_code
-
-
-def _clean(results, at_least):
-    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
-    assert not fails, "\n".join(fails[:30])
-    assert min(n for _, n in results) >= at_least, [n for _, n in results]
 
 
 @pytest.mark.parametrize("plan", ["vanilla", "full"])
@@ -31,7 +26,7 @@ def test_a_training_step_makes_no_host_synchronisation(plan):
 @pytest.mark.parametrize("how", ["meta", "assign", "to"])
 def test_models_whose_parameters_were_replaced_train_like_one_device(plan, how):
     """to_empty after a meta build, load_state_dict(assign=True), .double(): layouts and gradient hooks survive."""
-    _clean(launch(functools.partial(rank_device.replaced_parameters, plan, how), 2), at_least=180)
+    clean(launch(functools.partial(rank_device.replaced_parameters, plan, how), 2), at_least=180)
 
 
 @pytest.mark.parametrize("plan", ["vanilla", "full"])

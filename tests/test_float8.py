@@ -9,16 +9,11 @@ from collections import Counter
 import pytest
 
 import rank_float8
-import rank_plans
+import rank_parallelize_module
+from checks import clean
 from tensorplay_edu import launch
 
 L, B, S, H = 2, 2, 12, 48  # rank_float8.ARGS and its batch
-
-
-def _clean(results, at_least):
-    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
-    assert not fails, "\n".join(fails[:30])
-    assert min(n for _, n in results) >= at_least, [n for _, n in results]
 
 
 @pytest.mark.parametrize("plan", ["vanilla", "full"])
@@ -27,14 +22,14 @@ def test_float8_tp_equals_the_float8_model_on_one_device(plan, world_size):
     """float64 model, matmuls emulated in float64: each cast sees the same global amax, and values that
     differ from one device's only by summation order (~1e-16, far below float8's rounding; not identical by
     construction, so a value on a rounding boundary could flip): rtol 1e-9 on everything."""
-    _clean(launch(functools.partial(rank_float8.against_one_device, plan, "float64"), world_size), at_least=180)
+    clean(launch(functools.partial(rank_float8.against_one_device, plan, "float64"), world_size), at_least=180)
 
 
 @pytest.mark.parametrize("plan", ["vanilla", "full"])
 def test_float8_tp_with_scaled_mm_equals_one_device(plan):
     """float32 model: torch._scaled_mm (float32 accumulation) on both sides (rtol 2e-5), trained with SGD
     (AdamW's weights are compared in float64 above: rank_float8.against_one_device says why)."""
-    _clean(launch(functools.partial(rank_float8.against_one_device, plan, "float32"), 4), at_least=90)
+    clean(launch(functools.partial(rank_float8.against_one_device, plan, "float32"), 4), at_least=90)
 
 
 
@@ -43,11 +38,11 @@ def test_float8_tp_with_scaled_mm_equals_one_device(plan):
 def test_apply_tp_with_enable_float8_tensorwise_tp(world_size):
     """tensorplay_edu.models.apply_tp always; torchtitan's verbatim text too when ../shared/seeds is
     there, with only its float8 import pointed at tensorplay_edu.float8."""
-    seed = rank_plans.seed_apply_tp_text()
+    seed = rank_parallelize_module.seed_apply_tp_text()
     sources = [None] + ([seed] if seed else [])
     for source in sources:
         assert source is None or "torchao.float8.float8_tensor_parallel" in source
-        _clean(launch(functools.partial(rank_float8.seed_float8, source), world_size), at_least=180)
+        clean(launch(functools.partial(rank_float8.seed_float8, source), world_size), at_least=180)
 
 
 @pytest.mark.parametrize("plan", ["vanilla", "full"])

@@ -19,28 +19,23 @@ import pytest
 import torch
 
 import rank_float8_edges
-import rank_plans
+import rank_parallelize_module
+from checks import clean
 from tensorplay_edu import launch
 from tensorplay_edu.float8 import Float8Linear, Float8LinearConfig
 from tensorplay_edu.float8.float8_linear import float8_mm
 from tensorplay_edu.float8.scaling import E4M3, E5M2, amax, quantize, to_scale
 
 
-def _clean(results, at_least):
-    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
-    assert not fails, "\n".join(fails[:30])
-    assert min(n for _, n in results) >= at_least, [n for _, n in results]
-
-
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_float8_linear_under_the_plain_styles_through_the_seeds_apply_tp(world_size):
-    seed = rank_plans.seed_apply_tp_text()
+    seed = rank_parallelize_module.seed_apply_tp_text()
     for source in [None] + ([seed] if seed else []):
-        _clean(launch(functools.partial(rank_float8_edges.plain_styles_seed, source), world_size), at_least=180)
+        clean(launch(functools.partial(rank_float8_edges.plain_styles_seed, source), world_size), at_least=180)
 
 
 def test_float8_linear_under_the_plain_styles_full_plan():
-    _clean(launch(rank_float8_edges.plain_styles_full_plan, 2), at_least=180)
+    clean(launch(rank_float8_edges.plain_styles_full_plan, 2), at_least=180)
 
 
 def test_plain_styles_take_global_amaxes_and_move_high_precision():
@@ -52,13 +47,13 @@ def test_plain_styles_take_global_amaxes_and_move_high_precision():
 @pytest.mark.parametrize("styles", ["float8", "plain"])
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_biased_float8_mlp(world_size, styles, out):
-    _clean(launch(rank_float8_edges.biased_mlp, world_size, styles, out), at_least=44)
+    clean(launch(rank_float8_edges.biased_mlp, world_size, styles, out), at_least=44)
 
 
 @pytest.mark.parametrize("config", ["recipe", "fsdp all-gather, emulate", "recompute weight", "power of 2 scales"])
 def test_torchtitans_converter_calls(config):
     """Each config in float64 (SGD and AdamW) and, but the emulated one, in float32 through torch._scaled_mm (SGD)."""
-    _clean(launch(rank_float8_edges.torchtitan_converter, 2, config), at_least=180 if "emulate" in config else 270)
+    clean(launch(rank_float8_edges.torchtitan_converter, 2, config), at_least=180 if "emulate" in config else 270)
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 2e-6)])

@@ -9,68 +9,63 @@ DTensor refused, a tie silently undone (21 parameters instead of 20)."""
 
 import pytest
 
-import rank_scratch
+import rank_from_scratch
+from checks import clean
 from tensorplay_edu import launch
-
-
-def _clean(results, at_least):
-    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
-    assert not fails, "\n".join(fails[:30])
-    assert min(n for _, n in results) >= at_least, [n for _, n in results]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("plan", ["vanilla", "full"])
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_init_weights_after_the_meta_recipe_is_the_single_device_init(world_size, plan, dtype):
-    _clean(launch(rank_scratch.llama_init, world_size, plan, dtype), at_least=23)
+    clean(launch(rank_from_scratch.llama_init, world_size, plan, dtype), at_least=23)
 
 
 @pytest.mark.parametrize("plan", ["vanilla", "full"])
 def test_init_weights_under_fsdp2_x_tp(plan):
-    _clean(launch(rank_scratch.fsdp2_llama_init, 4, plan), at_least=21)
+    clean(launch(rank_from_scratch.fsdp2_llama_init, 4, plan), at_least=21)
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_torch_nn_init_on_the_pieces_as_torchtitan_writes_it(world_size):
-    _clean(launch(rank_scratch.torchtitan_style_init, world_size, "float32"), at_least=14)
+    clean(launch(rank_from_scratch.torchtitan_style_init, world_size, "float32"), at_least=14)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_reset_parameters_of_parallelized_linear_and_embedding(world_size, dtype):
-    _clean(launch(rank_scratch.modules_reset, world_size, dtype), at_least=7)
+    clean(launch(rank_from_scratch.modules_reset, world_size, dtype), at_least=7)
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_distribute_tensor_of_a_meta_tensor_then_init(world_size):
-    _clean(launch(rank_scratch.distributed_meta_tensor, world_size), at_least=20)
+    clean(launch(rank_from_scratch.distributed_meta_tensor, world_size), at_least=20)
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_init_holds_at_most_one_whole_parameter_at_a_time(world_size):
-    _clean(launch(rank_scratch.init_memory, world_size), at_least=2)
+    clean(launch(rank_from_scratch.init_memory, world_size), at_least=2)
 
 
 @pytest.mark.parametrize("plan,bucket", [("vanilla", False), ("full", False), ("full", True)])
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_tied_embedding_and_output_stay_tied_and_train_like_one_device(world_size, plan, bucket):
     """bucket: the norms' partial gradients in one bucket per step (grad_sync.bucket_partial_grads)."""
-    _clean(launch(rank_scratch.tied_llama, world_size, plan, bucket), at_least=100)
+    clean(launch(rank_from_scratch.tied_llama, world_size, plan, bucket), at_least=100)
 
 
 @pytest.mark.parametrize("plan,bucket", [("vanilla", False), ("full", False), ("full", True)])
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_the_meta_recipe_trains_like_one_device(world_size, plan, bucket):
     """From scratch to trained: meta, parallelize, to_empty, init_weights, then SGD and AdamW steps."""
-    _clean(launch(rank_scratch.meta_llama_trains, world_size, plan, bucket), at_least=100)
+    clean(launch(rank_from_scratch.meta_llama_trains, world_size, plan, bucket), at_least=100)
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_pytorchs_weight_tying_case(world_size):
-    _clean(launch(rank_scratch.tied_embedding_and_linear, world_size), at_least=2)
+    clean(launch(rank_from_scratch.tied_embedding_and_linear, world_size), at_least=2)
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_pytorchs_separate_calls_then_tie_again(world_size):
-    _clean(launch(rank_scratch.tied_in_separate_calls, world_size, timeout=120), at_least=100)
+    clean(launch(rank_from_scratch.tied_in_separate_calls, world_size, timeout=120), at_least=100)

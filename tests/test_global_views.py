@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import rank_global_views as rv
-from test_dcp import _clean
+from checks import clean
 from tensorplay_edu import launch
 from tensorplay_edu.parallel.piece import Piece
 
@@ -29,21 +29,21 @@ def test_plain_optimizer_state_dict_through_dcp_resumes_like_one_process(tmp_pat
     path = str(tmp_path / "ckpt")
     results = launch(rv.plain_optimizer_save, 4, path, plan, timeout=TIMEOUT)
     saved = results[0][0]
-    _clean([r[1:] for r in results], at_least=len(saved["model"]) + len(saved["optim"]) + 3)
+    clean([r[1:] for r in results], at_least=len(saved["model"]) + len(saved["optim"]) + 3)
     for world in (3, 2):
-        _clean(launch(rv.plain_optimizer_resume, world, path, saved, plan, timeout=TIMEOUT),
+        clean(launch(rv.plain_optimizer_resume, world, path, saved, plan, timeout=TIMEOUT),
                at_least=len(saved["model"]) + len(saved["optim"]) + 3)
 
 
 def test_keep_vars_state_dict_with_prefixes_saves_and_loads_through_dcp(tmp_path):
     path = str(tmp_path / "ckpt")
     saved = launch(rv.keep_vars_save, 3, path, timeout=TIMEOUT)[0]
-    _clean(launch(rv.keep_vars_load, 2, path, saved, timeout=TIMEOUT), at_least=len(saved) + 3)
+    clean(launch(rv.keep_vars_load, 2, path, saved, timeout=TIMEOUT), at_least=len(saved) + 3)
 
 
 def test_torch_save_records_the_place_and_load_refuses_another_ranks_piece(tmp_path):
     path = str(tmp_path / "sd.pt")
-    _clean(launch(rv.torch_save_load, 2, path, timeout=TIMEOUT), at_least=5)
+    clean(launch(rv.torch_save_load, 2, path, timeout=TIMEOUT), at_least=5)
     # one process, no tensorplay process group: the file's pieces are refused loudly, not copied
     sd = torch.load(f"{path}.0")
     assert isinstance(sd["model"]["layers.0.attention.wq.weight"], Piece)
@@ -54,7 +54,7 @@ def test_torch_save_records_the_place_and_load_refuses_another_ranks_piece(tmp_p
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_init_on_indexed_views_of_a_piece_is_the_single_device_init(world_size):
-    _clean(launch(rv.indexed_init, world_size, timeout=TIMEOUT), at_least=4)
+    clean(launch(rv.indexed_init, world_size, timeout=TIMEOUT), at_least=4)
 
 
 def test_init_on_part_of_a_split_dimension_is_refused():
@@ -65,7 +65,7 @@ def test_init_on_part_of_a_split_dimension_is_refused():
 
 @pytest.mark.parametrize("kind,world_size", [("llama", 3), ("olmo2", 2), ("llama-last", 2), ("llama-last", 3)])
 def test_hf_meta_init_with_a_padding_row_is_the_single_device_init(kind, world_size):
-    _clean(launch(rv.hf_pad_init, world_size, kind, timeout=TIMEOUT), at_least=5)
+    clean(launch(rv.hf_pad_init, world_size, kind, timeout=TIMEOUT), at_least=5)
 
 
 def test_hf_save_pretrained_writes_the_single_device_model(tmp_path):
@@ -83,4 +83,4 @@ def test_hf_save_pretrained_writes_the_single_device_model(tmp_path):
 
 @pytest.mark.parametrize("plan", ["vanilla", "full"])
 def test_deepcopy_of_a_parallelized_model_trains_like_one_process(plan):
-    _clean(launch(rv.deep_copied, 2, plan, timeout=TIMEOUT), at_least=6)
+    clean(launch(rv.deep_copied, 2, plan, timeout=TIMEOUT), at_least=6)

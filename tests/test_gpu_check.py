@@ -236,7 +236,7 @@ def test_float8_padding_through_bytes_is_bit_identical():
 
 
 def test_gpu_measure_counts_flops_as_scale_does_and_finds_the_peak_by_name():
-    from gpu_measure import CONFIGS, model_flops, peak_flops
+    from gpu_model import CONFIGS, model_flops, peak_flops
     from tensorplay_edu.cluster import GPUS, Model, Setup
     from tensorplay_edu.cluster.timing import _compute_seconds
 
@@ -255,6 +255,7 @@ def test_gpu_measure_fails_a_non_finite_loss_and_a_float8_loss_far_from_bf16(mon
     """max() ignores NaN, so every loss must be finite (the FAIL names the step); e2 also holds float8 TP to
     e1's bf16 losses and wants its loss to fall. One "rank" (stubbed group), canned losses."""
     import gpu_measure
+    from gpu_model import CONFIGS
 
     monkeypatch.setattr(gpu_measure.dist, "get_rank", lambda: 0)
     monkeypatch.setattr(gpu_measure.dist, "get_world_size", lambda: 1)
@@ -263,7 +264,7 @@ def test_gpu_measure_fails_a_non_finite_loss_and_a_float8_loss_far_from_bf16(mon
     monkeypatch.setattr(gpu_measure.dist, "broadcast_object_list", lambda box, src: None)
     canned = {}
     monkeypatch.setattr(gpu_measure, "losses", lambda kind, c, device, steps: canned[kind])
-    cpu, c = torch.device("cpu"), gpu_measure.CONFIGS["tiny"]
+    cpu, c = torch.device("cpu"), CONFIGS["tiny"]
 
     canned.update(ours=[6.0, 5.9, float("nan")], torch=[6.0, 5.9, 5.8])
     line = gpu_measure.match_line("e1", c, cpu, 3, {})
@@ -280,7 +281,7 @@ def test_gpu_measure_fails_a_non_finite_loss_and_a_float8_loss_far_from_bf16(mon
 
 def test_gpu_measure_estimates_e2s_one_gpu_reference():
     """e2 SKIPs below this estimate (on a GPU; never on the CPU): the GPU config's reference fits 80 GB."""
-    from gpu_measure import CONFIGS, reference_bytes, too_small
+    from gpu_model import CONFIGS, reference_bytes, too_small
 
     assert 25 * 2**30 < reference_bytes(CONFIGS["gpu"]) < 70 * 2**30
     assert too_small(CONFIGS["gpu"], torch.device("cpu")) == ""

@@ -7,49 +7,44 @@ import functools
 import pytest
 
 import rank_grad_bucket
-import rank_loops
+import rank_training_loops
+from checks import clean
 from tensorplay_edu import launch
-
-
-def _clean(results, at_least):
-    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
-    assert not fails, "\n".join(fails[:30])
-    assert min(n for _, n in results) >= at_least, [n for _, n in results]
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_bucket_made_whole_by_the_optimizer_step(world_size):
-    _clean(launch(rank_grad_bucket.train, world_size, timeout=300), at_least=3 + 12)
+    clean(launch(rank_grad_bucket.train, world_size, timeout=300), at_least=3 + 12)
 
 
 @pytest.mark.parametrize("via", ["clip", "finalize"])
 def test_bucket_made_whole_by_clip_grad_norm_or_finalize(via):
-    _clean(launch(functools.partial(rank_grad_bucket.train, via=via), 4, timeout=300), at_least=3 * (2 + 21) + 12)
+    clean(launch(functools.partial(rank_grad_bucket.train, via=via), 4, timeout=300), at_least=3 * (2 + 21) + 12)
 
 
 def test_bucket_with_gradient_accumulation():
-    _clean(launch(functools.partial(rank_grad_bucket.train, micro=2, via="finalize"), 2, timeout=300),
+    clean(launch(functools.partial(rank_grad_bucket.train, micro=2, via="finalize"), 2, timeout=300),
            at_least=3 * (2 + 21) + 12)
 
 
 def test_bucket_with_a_micro_batch_count_that_changes_between_steps():
     """1, then 3, then 2 accumulated backwards: no false "already made whole" error, the single-device answer."""
-    _clean(launch(functools.partial(rank_grad_bucket.train, micro=(1, 3, 2)), 2, timeout=300), at_least=6 + 12)
+    clean(launch(functools.partial(rank_grad_bucket.train, micro=(1, 3, 2)), 2, timeout=300), at_least=6 + 12)
 
 
 def test_a_norm_without_a_new_gradient_is_not_reduced_again():
-    _clean(launch(rank_grad_bucket.alternating_norms, 2, timeout=120), at_least=4)
+    clean(launch(rank_grad_bucket.alternating_norms, 2, timeout=120), at_least=4)
 
 
 @pytest.mark.parametrize("micro", [1, 2])
 def test_bucket_under_ddp_over_dp(micro):
     """DDP averages the partial sums over dp, then the bucket sums them over tp: sums commute."""
-    _clean(launch(functools.partial(rank_grad_bucket.train, dp=2, ddp=True, micro=micro, via="finalize"), 4,
+    clean(launch(functools.partial(rank_grad_bucket.train, dp=2, ddp=True, micro=micro, via="finalize"), 4,
                   timeout=300), at_least=3 * (micro + 21) + 12)
 
 
 def test_finalize_per_micro_batch_raises_instead_of_summing_twice():
-    _clean(launch(rank_grad_bucket.finalize_per_micro_batch, 2, timeout=120), at_least=1)
+    clean(launch(rank_grad_bucket.finalize_per_micro_batch, 2, timeout=120), at_least=1)
 
 
 def test_one_bucket_replaces_the_per_norm_all_reduces():
@@ -68,6 +63,6 @@ def test_one_bucket_replaces_the_per_norm_all_reduces():
 def test_bucket_finds_fsdp2s_gradients_while_the_module_holds_unsharded_parameters():
     """set_reshard_after_backward(False): finalize() looks past the unsharded parameter the module holds
     (and the hooks were registered on, every forward) to the sharded one FSDP2 reduced into; FSDP2 over
-    dp against one process (rank_loops.fsdp2_over_dp)."""
-    _clean(launch(functools.partial(rank_loops.fsdp2_over_dp, "full", 3, bucket=True, keep_unsharded=True), 4,
+    dp against one process (rank_training_loops.fsdp2_over_dp)."""
+    clean(launch(functools.partial(rank_training_loops.fsdp2_over_dp, "full", 3, bucket=True, keep_unsharded=True), 4,
                   timeout=300), at_least=3 * (1 + 13) + 12)

@@ -12,6 +12,7 @@ lr * sign(grad), and float32 rounding decides that sign where a gradient is near
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 import transformers  # a requirement (requirements.txt): never skipped
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from checks import Checker, clean
 from tensorplay_edu import CommDebugMode, DTensor, init_device_mesh, launch
 from tensorplay_edu.parallel import (ColwiseParallel, RowwiseParallel, full_state_dict, loss_parallel,
                                      parallelize_module, param_layout)
@@ -74,14 +76,8 @@ def compare(kind: str, dtype: str, lp: bool, hf_loss: bool = False, tie: bool = 
     tol = TOL["hf_loss" if hf_loss else dtype]
     ref, model = build(kind, dtype, tie=tie), build(kind, dtype, tie=tie)
     parallelize_module(model, mesh, plan_from_hf(model, mesh=mesh, loss_parallel=lp))
-    fails, n = [], 0
-
-    def close(what, got, want):
-        nonlocal n
-        n += 1
-        if got.shape != want.shape or not torch.allclose(got, want, **tol):
-            err = (got - want).abs().max().item() if got.shape == want.shape else f"shape {tuple(got.shape)}"
-            fails.append(f"{kind} {dtype} lp={lp} hf_loss={hf_loss} tie={tie}: {what} differs ({err})")
+    check = Checker(f"{kind} {dtype} lp={lp} hf_loss={hf_loss} tie={tie}")
+    close = functools.partial(check.close, **tol)
 
     ids = batch()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -89,8 +85,8 @@ def compare(kind: str, dtype: str, lp: bool, hf_loss: bool = False, tie: bool = 
     for step in range(2):
         logits, loss = step_loss(model, ids, lp, hf_loss)
         ref_logits, ref_loss = step_loss(ref, ids, False, hf_loss)
-        if lp != isinstance(logits, DTensor):
-            fails.append(f"loss_parallel={lp} but the logits are a {type(logits).__name__}")
+        if lp != isinstance(logits, DTensor):  # not counted as a check
+            check.fails.append(f"loss_parallel={lp} but the logits are a {type(logits).__name__}")
         close(f"step {step} logits", logits.full_tensor() if isinstance(logits, DTensor) else logits, ref_logits)
         close(f"step {step} loss", loss.detach(), ref_loss.detach())
         opt.zero_grad()
@@ -101,17 +97,15 @@ def compare(kind: str, dtype: str, lp: bool, hf_loss: bool = False, tie: bool = 
         for name, p in model.named_parameters():
             close(f"step {step} grad {name}", whole(p, p.grad), ref_params[name].grad)
         if hf_loss:  # float32 rounding of the loss, not TP, would then decide AdamW's step on near-zero gradients
-            return fails, n
+            return check.result()
         opt.step()
         ref_opt.step()
     ref_state = ref.state_dict()
     for name, value in full_state_dict(model).items():
         close(f"weight after 2 AdamW steps: {name}", value, ref_state[name])
     if tie:
-        n += 1
-        if model.lm_head.weight is not model.model.embed_tokens.weight:
-            fails.append("tied lm_head / embed_tokens became two parameters")
-    return fails, n
+        check("tied lm_head / embed_tokens stayed one parameter", model.lm_head.weight is model.model.embed_tokens.weight)
+    return check.result()
 
 
 def forward_counts(layers: int, lp: bool) -> dict:
@@ -125,12 +119,6 @@ def forward_counts(layers: int, lp: bool) -> dict:
     return {"forward": comm.get_comm_counts("forward"), "backward": comm.get_comm_counts("backward")}
 
 
-def _clean(results, at_least):
-    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
-    assert not fails, "\n".join(fails[:30])
-    assert min(n for _, n in results) >= at_least, [n for _, n in results]
-
-
 # 2 layers: 2 x 9 + 3 parameters; 2 steps x (2 + 21) checks + 21 weights
 CHECKS = 2 * (2 + 21) + 21
 
@@ -138,27 +126,27 @@ CHECKS = 2 * (2 + 21) + 21
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 @pytest.mark.parametrize("lp", [False, True], ids=["vanilla", "loss_parallel"])
 def test_llama_equals_one_process_float64(world_size, lp):
-    _clean(launch(compare, world_size, "llama", "float64", lp), at_least=CHECKS)
+    clean(launch(compare, world_size, "llama", "float64", lp), at_least=CHECKS)
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_qwen2_equals_one_process_float64(world_size):
     """Qwen2: q/k/v have biases (colwise: split with the rows), o_proj none."""
     for lp in (False, True):
-        _clean(launch(compare, world_size, "qwen2", "float64", lp), at_least=2 * (2 + 27) + 27)
+        clean(launch(compare, world_size, "qwen2", "float64", lp), at_least=2 * (2 + 27) + 27)
 
 
 @pytest.mark.parametrize("lp", [False, True], ids=["vanilla", "loss_parallel"])
 def test_llama_with_hf_own_loss(lp):
     """The model's own loss (model(ids, labels=ids): HF's cross-entropy on the shifted labels, in
     float32) runs on the vocabulary-sharded logits under loss_parallel() too."""
-    _clean(launch(compare, 2, "llama", "float64", lp, True), at_least=2 + 21)
+    clean(launch(compare, 2, "llama", "float64", lp, True), at_least=2 + 21)
 
 
 def test_tied_embeddings_stay_tied():
     """tie_word_embeddings=True: embed_tokens (embedding_rowwise) and lm_head (colwise) both hold
     [V/t, h] rows on Shard(0): one parameter, whose gradient sums both uses, as on one device."""
-    _clean(launch(compare, 2, "llama", "float64", True, False, True), at_least=2 * (2 + 20) + 20)
+    clean(launch(compare, 2, "llama", "float64", True, False, True), at_least=2 * (2 + 20) + 20)
 
 
 def test_collectives_of_one_step():

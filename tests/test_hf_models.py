@@ -17,10 +17,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from checks import clean
 from tensorplay_edu import DTensor, init_device_mesh, launch
 from tensorplay_edu.parallel import loss_parallel, parallelize_module
 from tensorplay_edu.parallel.hf import plan_from_hf
-from test_hf_training import TIMEOUT, Checks, _clean, adamw, compare_grads_and_step, next_token_loss
+from test_hf_training import TIMEOUT, Checks, adamw, compare_grads_and_step, next_token_loss
 
 ARCHS = ("Gemma", "Gemma2", "Granite", "Cohere")
 VOCAB = 61  # uneven over 2 and 3 ranks
@@ -71,4 +72,4 @@ def train_all(lp: bool) -> tuple[list[str], int]:
 
 @pytest.mark.parametrize("world_size,lp", [(2, False), (3, True)], ids=["tp2", "tp3-loss_parallel"])
 def test_models_that_scale_their_embedding_or_logits_train_like_one_process(world_size, lp):
-    _clean(launch(train_all, world_size, lp, timeout=TIMEOUT), at_least=len(ARCHS) * 2 * 25)
+    clean(launch(train_all, world_size, lp, timeout=TIMEOUT), at_least=len(ARCHS) * 2 * 25)

@@ -38,7 +38,7 @@ from tensorplay_edu.parallel import (attach_layouts, clip_grad_norm_, full_state
 from tensorplay_edu.parallel.checkpoint import get_state_dict, set_state_dict
 from tensorplay_edu.parallel.hf import plan_from_hf
 from tensorplay_edu.parallel.params import as_dtensor
-from rank_scratch import Checker
+from checks import Checker, clean, gather_all, init_like_one_process
 
 VOCAB, BATCH, SEQ = 61, 4, 10
 STEPS_TOL = dict(rtol=1e-9, atol=1e-10)  # several AdamW steps (test_dcp.py)
@@ -107,19 +107,11 @@ def whole(param, value):
 
 
 class Checks(Checker):
-    """rank_scratch's Checker (failures collected on the rank, returned by result()), with a label, a
-    tolerance and whole-model comparisons."""
-
-    def __init__(self, label: str):
-        super().__init__()
-        self.label = label
-
-    def __call__(self, what: str, ok: bool):
-        super().__call__(f"{self.label}: {what}", ok)
+    """checks.Checker (failures collected on the rank, returned by result(), after a label) with this
+    file's tolerance and whole-model comparisons."""
 
     def close(self, what: str, got: torch.Tensor, want: torch.Tensor, tol=STEPS_TOL):
-        same = got.shape == want.shape and torch.allclose(got, want, **tol)
-        self(f"{what} differs ({(got - want).abs().max().item() if got.shape == want.shape else 'shape'})", same)
+        super().close(what, got, want, **tol)
 
     def weights(self, what: str, model, ref, tol=STEPS_TOL):
         got, want = full_state_dict(model), ref.state_dict()
@@ -146,12 +138,6 @@ def compare_grads_and_step(check: Checks, what: str, model, ref, opt, ref_opt) -
     for o in (opt, ref_opt):
         o.step()
         o.zero_grad()
-
-
-def _clean(results, at_least):
-    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
-    assert not fails, "\n".join(fails[:30])
-    assert min(n for _, n in results) >= at_least, [n for _, n in results]
 
 
 N_PARAMS = 3 + 9 * 2  # embed_tokens, final norm, lm_head; per layer q, k, v, o, gate, up, down and two norms
@@ -191,7 +177,7 @@ def clipped_training(lp: bool, steps: int = 3) -> tuple[list[str], int]:
 def test_adamw_with_clipping_trains_like_one_process(world_size, lp):
     """tensorplay_edu.parallel.clip_grad_norm_ on the parallel model, torch.nn.utils.clip_grad_norm_ on
     the single-device one: the same norm, the same clipped gradients, the same weights after 3 steps."""
-    _clean(launch(clipped_training, world_size, lp, timeout=TIMEOUT), at_least=3 * (4 + N_PARAMS) + N_PARAMS)
+    clean(launch(clipped_training, world_size, lp, timeout=TIMEOUT), at_least=3 * (4 + N_PARAMS) + N_PARAMS)
 
 
 # ---- 2. a DCP checkpoint, resumed at the same and at another TP degree -----------------------------
@@ -237,8 +223,8 @@ def test_dcp_checkpoint_resumes_at_tp3_and_tp2_like_an_uninterrupted_run(tmp_pat
     TP 2 load model and optimizer and train 2 more steps: one process's 4 uninterrupted steps."""
     path = str(tmp_path / "ckpt")
     at_least = 2 * N_PARAMS + 2 * 2
-    _clean(launch(save_and_resume, 3, path, timeout=TIMEOUT), at_least=at_least)
-    _clean(launch(resume, 2, path, timeout=TIMEOUT), at_least=at_least)
+    clean(launch(save_and_resume, 3, path, timeout=TIMEOUT), at_least=at_least)
+    clean(launch(resume, 2, path, timeout=TIMEOUT), at_least=at_least)
 
 
 # ---- 3. meta-device construction and HF's own init_weights ------------------------------------------
@@ -253,18 +239,7 @@ def meta_init() -> tuple[list[str], int]:
         model = LlamaForCausalLM(config()).double()
     parallel(model, mesh)
     model.to_empty(device="cpu")
-    torch.manual_seed(1234)
-    model.init_weights()
-    after = torch.get_rng_state()
-    with torch.device("meta"):
-        ref = LlamaForCausalLM(config()).double()
-    ref.to_empty(device="cpu")
-    torch.manual_seed(1234)
-    ref.init_weights()
-    check("the generator stands where one process's does", torch.equal(after, torch.get_rng_state()))
-    got = full_state_dict(model)
-    for name, want in ref.state_dict().items():
-        check.equal(f"init {name}", got[name], want)
+    ref = init_like_one_process(check, model, lambda: LlamaForCausalLM(config()).double(), "init ")
     buffers = dict(model.named_buffers())
     for name, want in ref.named_buffers():  # the rotary inv_freq tables (to_empty left them garbage)
         check.equal(f"buffer {name}", buffers[name], want)
@@ -299,7 +274,7 @@ def test_transformers_init_table_holds_the_wrapped_init_functions():
 def test_meta_device_init_weights_is_the_single_device_init(world_size):
     """Fails without parallel/init.py's guard_transformers_init (transformers imported first): every
     split weight differed and each rank's heads were copies of the others'."""
-    _clean(launch(meta_init, world_size, timeout=TIMEOUT), at_least=2 + 2 * N_PARAMS + 2)
+    clean(launch(meta_init, world_size, timeout=TIMEOUT), at_least=2 + 2 * N_PARAMS + 2)
 
 
 # ---- 4. attention dropout on this rank's heads ------------------------------------------------------
@@ -330,12 +305,6 @@ def dropout_masks(record: list | None = None, replay: list | None = None):
         F.dropout = real
 
 
-def _gather(x: torch.Tensor) -> list[torch.Tensor]:
-    out = [torch.empty_like(x) for _ in range(dist.get_world_size())]
-    dist.all_gather(out, x.contiguous())
-    return out
-
-
 def attention_dropout(steps: int = 2) -> tuple[list[str], int]:
     """Rank code: config.attention_dropout in train mode. The package's rule: after the colwise
     q/k/v projections the activations are this rank's heads, so each rank draws its own mask; the
@@ -357,7 +326,7 @@ def attention_dropout(steps: int = 2) -> tuple[list[str], int]:
         check(f"step {s}: one mask per layer", len(mine) == 2)
         full = []
         for layer, mask in enumerate(mine):  # [b, heads/t, s, s] -> the single device's [b, heads, s, s]
-            ranks = _gather(mask.to(torch.uint8))
+            ranks = gather_all(mask.to(torch.uint8))
             check(f"step {s} layer {layer}: each rank draws its own mask",
                   all(not torch.equal(ranks[0], r) for r in ranks[1:]))
             full.append(torch.cat(ranks, dim=1).bool())
@@ -366,7 +335,7 @@ def attention_dropout(steps: int = 2) -> tuple[list[str], int]:
         check(f"step {s}: about {1 - P:.0%} kept ({kept:.2f})", abs(kept - (1 - P)) < 0.05)
         check(f"step {s}: new masks", previous is None or not torch.equal(previous, full[0]))
         previous = full[0]
-        states = _gather(torch.get_rng_state())
+        states = gather_all(torch.get_rng_state())
         check(f"step {s}: the default generator in step on every rank", all(torch.equal(states[0], x) for x in states))
         with dropout_masks(replay=full):
             ref_loss = next_token_loss(ref(ids).logits, ids)
@@ -390,7 +359,7 @@ def attention_dropout(steps: int = 2) -> tuple[list[str], int]:
 
 
 def test_attention_dropout_draws_per_rank_masks_that_make_a_single_device_mask():
-    _clean(launch(attention_dropout, 2, timeout=TIMEOUT), at_least=2 * (7 + N_PARAMS) + N_PARAMS + 2)
+    clean(launch(attention_dropout, 2, timeout=TIMEOUT), at_least=2 * (7 + N_PARAMS) + N_PARAMS + 2)
 
 
 # ---- 5. DDP and FSDP2 over dp x our TP, a (2, 2) mesh -----------------------------------------------
@@ -433,7 +402,7 @@ def dp_x_tp(wrap: str, steps: int = 2) -> tuple[list[str], int]:
 
 @pytest.mark.parametrize("wrap", ["ddp", "fsdp2"])
 def test_dp_x_tp_on_a_2x2_mesh_trains_like_one_process(wrap):
-    _clean(launch(dp_x_tp, 4, wrap, timeout=TIMEOUT), at_least=2 * (2 + N_PARAMS) + N_PARAMS)
+    clean(launch(dp_x_tp, 4, wrap, timeout=TIMEOUT), at_least=2 * (2 + N_PARAMS) + N_PARAMS)
 
 
 # ---- 6. torch.compile ------------------------------------------------------------------------------
@@ -464,4 +433,4 @@ def compiled(lp: bool) -> tuple[list[str], int]:
 
 
 def test_torch_compile_forward_backward_equals_one_process():
-    _clean(launch(compiled, 2, False, timeout=COMPILE_TIMEOUT), at_least=2 + N_PARAMS)
+    clean(launch(compiled, 2, False, timeout=COMPILE_TIMEOUT), at_least=2 + N_PARAMS)

@@ -6,16 +6,14 @@ import sys
 
 import pytest
 
-import rank_api
+import rank_mesh
+from checks import clean
 from tensorplay_edu import launch
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4])
 def test_mesh_api_inside_ranks(world_size):
-    results = launch(rank_api.mesh_api, world_size)
-    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
-    assert not fails, "\n".join(fails)
-    assert min(n for _, n in results) >= 15
+    clean(launch(rank_mesh.mesh_api, world_size), at_least=15)
 
 
 def _python(code: str) -> subprocess.CompletedProcess:

@@ -16,7 +16,8 @@ import rank_nccl_rules
 from tensorplay_edu import launch
 from tensorplay_edu.float8 import convert_to_float8_training
 from tensorplay_edu.launcher import RankError
-from tensorplay_edu.gpu_rules.nccl import ENV, NCCLRuleError, NCCLRulesMode, _local_rules
+from tensorplay_edu.gpu_rules.fingerprint import local_rules as _local_rules
+from tensorplay_edu.gpu_rules.nccl import ENV, NCCLRuleError, NCCLRulesMode
 from tensorplay_edu.gpu_rules.scaled_mm import problems
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,5 +1,5 @@
 """torch.optim on tensor-parallel pieces: the elementwise optimizers train like one device
-(test_parallel.py and the Llama tests run SGD and AdamW); Adafactor, Muon and LBFGS, which read a
+(test_colwise_rowwise.py and the Llama tests run SGD and AdamW); Adafactor, Muon and LBFGS, which read a
 whole matrix, refuse to step on a piece and say why. Before issue 29 they ran on the pieces and
 were off by 0.01, 0.006 and 0.08 after 2 steps, with no error."""
 

@@ -14,31 +14,26 @@ import pytest
 import torch
 
 import rank_streams
+from checks import clean
 from tensorplay_edu import launch
 from tensorplay_edu.parallel import rng
-
-
-def _clean(results, at_least):
-    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
-    assert not fails, "\n".join(fails[:30])
-    assert min(n for _, n in results) >= at_least, [n for _, n in results]
 
 
 @pytest.mark.parametrize("sp", [False, True], ids=["replicated-io", "sequence-parallel"])
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_dropout_masks_follow_the_layout(world_size, sp):
-    _clean(launch(rank_streams.regions, world_size, sp), at_least=22)
+    clean(launch(rank_streams.regions, world_size, sp), at_least=22)
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_functional_dropout_in_a_sequence_parallel_module(world_size):
-    _clean(launch(rank_streams.sequence_parallel_functional, world_size), at_least=2)
+    clean(launch(rank_streams.sequence_parallel_functional, world_size), at_least=2)
 
 
 @pytest.mark.parametrize("sp", [False, True], ids=["replicated-io", "sequence-parallel"])
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_checkpointing_recomputes_the_same_masks(world_size, sp):
-    _clean(launch(rank_streams.checkpointed, world_size, sp), at_least=2)
+    clean(launch(rank_streams.checkpointed, world_size, sp), at_least=2)
 
 
 def test_training_with_dropout_is_reproducible_run_to_run():
@@ -97,5 +92,5 @@ def test_the_first_stream_used_twice_is_millions_of_regions_away():
 def test_a_replicated_tensor_dropped_inside_a_sharded_region_draws_one_mask(world_size, requires_grad):
     """Before issue 29 the per-rank stream ran from the Colwise output hook to the Rowwise input hook, so
     `skip = drop(x); return down(h) + skip` gave the ranks different "replicated" outputs (6.66 apart)."""
-    _clean(launch(rank_streams.replicated_dropout_inside_a_region, world_size, requires_grad, timeout=60),
+    clean(launch(rank_streams.replicated_dropout_inside_a_region, world_size, requires_grad, timeout=60),
            at_least=2 * 4)

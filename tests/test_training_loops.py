@@ -6,15 +6,10 @@ import functools
 
 import pytest
 
-import rank_loops
 import rank_parallel
+import rank_training_loops
+from checks import clean
 from tensorplay_edu import launch
-
-
-def _clean(results, at_least):
-    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
-    assert not fails, "\n".join(fails[:30])
-    assert min(n for _, n in results) >= at_least, [n for _, n in results]
 
 
 @pytest.mark.parametrize("plan", ["vanilla", "full"])
@@ -22,7 +17,7 @@ def _clean(results, at_least):
 def test_ddp_over_dp_wrapping_tp_trains_like_one_device(plan, world_size, dp):
     """DDP on mesh["dp"] of a (dp, tp) mesh, each dp rank fed its rows of the batch; the single
     device sees the whole batch.  Sequence-parallel norm gradients must be whole before DDP reads them."""
-    _clean(launch(functools.partial(rank_parallel.run_llama, plan, "float64", dp=dp, wrap="ddp"), world_size),
+    clean(launch(functools.partial(rank_parallel.run_llama, plan, "float64", dp=dp, wrap="ddp"), world_size),
            at_least=180)
 
 
@@ -32,7 +27,7 @@ PLANS = [("vanilla", False), ("full", False), ("full", True)]
 
 @pytest.mark.parametrize("plan,bucket", PLANS)
 def test_activation_checkpointing_per_block(plan, bucket):
-    _clean(launch(functools.partial(rank_parallel.run_llama, plan, "float64", wrap="checkpoint", bucket=bucket), 2),
+    clean(launch(functools.partial(rank_parallel.run_llama, plan, "float64", wrap="checkpoint", bucket=bucket), 2),
            at_least=180)
 
 
@@ -40,29 +35,29 @@ def test_activation_checkpointing_per_block(plan, bucket):
 def test_torch_compile_equals_one_device(plan, bucket):
     """torch.compile (dynamo + AOTAutograd, the aot_eager backend: where graphs are captured and
     state that lives between calls goes stale; inductor's code generation takes minutes on 2 cores)."""
-    _clean(launch(functools.partial(rank_parallel.run_llama, plan, "float64", wrap="compile-aot",
+    clean(launch(functools.partial(rank_parallel.run_llama, plan, "float64", wrap="compile-aot",
                                     optimizers=("adamw",), bucket=bucket), 2, timeout=300), at_least=90)
 
 
 def test_torch_compile_of_ddp_over_dp():
-    _clean(launch(functools.partial(rank_parallel.run_llama, "full", "float64", dp=2, wrap="compile-ddp",
+    clean(launch(functools.partial(rank_parallel.run_llama, "full", "float64", dp=2, wrap="compile-ddp",
                                     optimizers=("adamw",)), 4, timeout=300), at_least=90)
 
 
 @pytest.mark.parametrize("plan", ["vanilla", "full"])
 @pytest.mark.parametrize("world_size", [1, 2, 4])
 def test_inference_mode_and_no_grad(plan, world_size):
-    _clean(launch(rank_loops.inference, world_size, plan), at_least=4)
+    clean(launch(rank_training_loops.inference, world_size, plan), at_least=4)
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_dropout_masks_per_rank_in_sequence_parallel_regions_shared_elsewhere(world_size):
-    _clean(launch(rank_loops.dropout_masks, world_size), at_least=4 + world_size)
+    clean(launch(rank_training_loops.dropout_masks, world_size), at_least=4 + world_size)
 
 
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_checkpointing_recomputes_the_same_sequence_parallel_dropout_masks(world_size):
-    _clean(launch(rank_loops.checkpointed_dropout, world_size), at_least=4)
+    clean(launch(rank_training_loops.checkpointed_dropout, world_size), at_least=4)
 
 
 @pytest.mark.parametrize("plan,bucket,micro", [("vanilla", False, 1), ("full", False, 1), ("full", True, 1),
@@ -73,4 +68,4 @@ def test_fsdp2_over_dp_wrapping_tp_trains_like_one_device(plan, bucket, micro):
     accumulation, the first backward without reduce-scatter and without resharding
     (set_requires_gradient_sync / set_reshard_after_backward(False)): the unsharded parameters the
     module then holds are the ones the bucket's hooks see."""
-    _clean(launch(rank_loops.fsdp2_over_dp, 4, plan, 3, bucket, micro), at_least=3 * (micro + 12) + 12)
+    clean(launch(rank_training_loops.fsdp2_over_dp, 4, plan, 3, bucket, micro), at_least=3 * (micro + 12) + 12)

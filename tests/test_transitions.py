@@ -8,35 +8,29 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import rank_checks
+import rank_transitions
+from checks import clean
 from tensorplay_edu import Partial, Replicate, Shard, launch
-
-
-def _assert_clean(results, at_least: int):
-    fails = sorted({f for rank_fails, _ in results for f in rank_fails})
-    counts = {n for _, n in results}
-    assert not fails, "\n".join(fails[:40])
-    assert min(counts) >= at_least, f"only {counts} checks ran"
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_every_transition_forward_backward_counts_and_bytes(world_size):
     # 6 shapes (even, uneven, empty ranks, 3-D, 1-D, empty) x all placement pairs x 2 dtypes x grad kinds
-    _assert_clean(launch(rank_checks.exhaustive_transitions, world_size), at_least=424)
+    clean(launch(rank_transitions.exhaustive_transitions, world_size), at_least=424)
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_three_partial_readers_cost_one_reduce_scatter(world_size):
-    for res in launch(rank_checks.three_consumers, world_size):
+    for res in launch(rank_transitions.three_consumers, world_size):
         assert res == {"forward": {"all_gather": 1}, "backward": {"reduce_scatter": 1}, "grad_ok": True}
 
 
 def test_three_partial_readers_single_rank_moves_nothing():
-    assert launch(rank_checks.three_consumers, 1) == [{"forward": {}, "backward": {}, "grad_ok": True}]
+    assert launch(rank_transitions.three_consumers, 1) == [{"forward": {}, "backward": {}, "grad_ok": True}]
 
 
 def test_two_d_mesh_moves_and_submeshes():
-    _assert_clean(launch(rank_checks.two_d_mesh, 4), at_least=29)
+    clean(launch(rank_transitions.two_d_mesh, 4), at_least=29)
 
 
 @st.composite
@@ -52,7 +46,7 @@ def case(draw):
 @settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(world_size=st.integers(1, 4), cases=st.lists(case(), min_size=10, max_size=10))
 def test_random_shapes_and_placements(world_size, cases):
-    _assert_clean(launch(rank_checks.listed_transitions, world_size, cases), at_least=10)
+    clean(launch(rank_transitions.listed_transitions, world_size, cases), at_least=10)
 
 
 def _collectives_under_grad_mode():

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
 from .memory_use import memory
 from .model import GPU, GPUS, MODELS, Model, Setup
@@ -79,7 +78,7 @@ def plan(model, gpus: int, gpu="h100", seq: int = 8192, batch: int = 1, reserve:
     when its memory per GPU is at most ``(1 - reserve)`` of the HBM.
 
     ``feasible``: dicts ``{"setup", "memory" (bytes by component), "total" (bytes), "time"
-    (:func:`tensorplay_edu.cluster.timing`)}``, best first (most tokens/s; then smaller TP; then least memory).
+    (:func:`tensorplay_edu.cluster.step_time`)}``, best first (most tokens/s; then smaller TP; then least memory).
     ``refused``: dicts ``{"setup", "reason", "over" (bytes over the usable HBM, 0 for a structural reason)}``,
     structural reasons first, then out of memory closest to fitting first."""
     model, gpu = _resolve(model, gpu)

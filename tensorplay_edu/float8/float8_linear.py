@@ -20,7 +20,7 @@ styles of :mod:`.float8_tensor_parallel` say so through ``module.float8_spec`` (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -28,9 +28,10 @@ from torch.autograd.function import once_differentiable
 
 from .. import debug
 from ..gpu_rules import nccl as nccl_rules
-from ..parallel.style import fqn
-from ..async_tp.ring import ring_gather, ring_ok_rows, ring_reduce_scatter
-from ..placement import Partial, Replicate, Shard, chunk_offset, chunk_sizes
+from ..async_tp.fusion import ring_ok_rows
+from ..async_tp.ring import gather_matmul_grads, matmul_reduce_scatter
+from ..parallel.base import fqn
+from ..placement import Partial, Replicate, Shard
 from ..transition import redistribute_local
 from .config import Float8LinearConfig
 from .scaling import E4M3, E5M2, Scaled, quantize
@@ -162,7 +163,8 @@ class _Float8Linear(torch.autograd.Function):
                 mesh = spec.reduce[0]
                 g8 = quantize(gy, E5M2, (mesh, (0,)), spec.power_of_2)
                 if ctx.ring:
-                    return (*gather_matmul_grads(g8, x_data, dst.dim, mesh, grads_of), None, None)
+                    return (*gather_matmul_grads(g8.data, x_data, dst.dim, mesh,
+                                                 lambda g, rows: grads_of(g, g8.scale, rows)), None, None)
                 gathered = redistribute_local(g8.data, mesh, (dst,), (Replicate(),), ctx.full_shape)
                 g8 = Scaled(gathered, g8.scale)  # 1 byte per element
             else:
@@ -171,51 +173,13 @@ class _Float8Linear(torch.autograd.Function):
         return grad_x, grad_w, None, None
 
 
-def matmul_reduce_scatter(rows_times_w, x: torch.Tensor, dim: int, out_features: int, mesh) -> torch.Tensor:
-    """``reduce_scatter(rows_times_w(x), dim)`` as a ring (async TP), recorded as one op."""
-    sizes = chunk_sizes(x.shape[dim], mesh.size())
-
-    def shape_of(d):
-        shape = list(x.shape[:-1]) + [out_features]
-        shape[dim] = sizes[d]
-        return shape
-
-    y, sent = ring_reduce_scatter(lambda d: rows_times_w(x.narrow(dim, chunk_offset(sum(sizes), len(sizes), d),
-                                                                  sizes[d])), shape_of, mesh)
-    debug.record("matmul_reduce_scatter", list(x.shape[:-1]) + [out_features], y.dtype, mesh.size(), sent,
-                 mesh.get_group())
-    return y
-
-
-def gather_matmul_grads(g8: Scaled, x_data: torch.Tensor, dim: int, mesh, grads_of):
-    """Backward of :func:`matmul_reduce_scatter`: the e5m2 gradient chunks travel a ring; each gives
-    rows of grad x and a term of grad W."""
-    sizes = chunk_sizes(x_data.shape[dim], mesh.size())
-    grad_x, grad_w = None, None
-
-    def consume(c, chunk):
-        nonlocal grad_x, grad_w
-        rows = x_data.narrow(dim, chunk_offset(sum(sizes), len(sizes), c), sizes[c])
-        gx, gw = grads_of(chunk, g8.scale, rows)
-        if grad_x is None:
-            grad_x = gx.new_empty(x_data.shape)
-        grad_x.narrow(dim, chunk_offset(sum(sizes), len(sizes), c), sizes[c]).copy_(gx)
-        grad_w = gw if grad_w is None else grad_w + gw
-
-    sent = ring_gather(g8.data, dim, sizes, mesh, consume)
-    full = list(g8.data.shape)
-    full[dim] = sum(sizes)
-    debug.record("all_gather_matmul", full, g8.data.dtype, mesh.size(), sent, mesh.get_group())
-    return grad_x, grad_w
-
-
 class Float8Linear(nn.Linear):
     """An ``nn.Linear`` computing in float8 (so the tensor-parallel styles accept it)."""
 
     def __init__(self, *args, config: Float8LinearConfig | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.config = config or Float8LinearConfig()
-        self.float8_spec = Float8Spec(emulate=self.config.emulate,  # the TP styles add where tensors are cut
+        self.float8_spec = Float8Spec(emulate=self.config.emulate,  # the float8 styles add where tensors are cut
                                       recompute_weight=self.config.force_recompute_fp8_weight_in_bwd,
                                       power_of_2=self.config.round_scales_to_power_of_2)
 
@@ -227,16 +191,29 @@ class Float8Linear(nn.Linear):
         new.weight, new.bias = mod.weight, mod.bias
         return new
 
+    @property
+    def spec(self) -> Float8Spec:
+        """``float8_spec`` with the cuts its weight's layout implies: a weight split on its rows
+        (ColwiseParallel) has a global amax, and so has the output gradient split with it; one split
+        on its columns (RowwiseParallel) has, and so has the input split with it."""
+        layout = getattr(self, "_tp_layouts", {}).get("weight")  # kept by the module: FSDP replaces parameters
+        place = layout.placements[0] if layout is not None and len(layout.placements) == 1 else None
+        if not isinstance(place, Shard):
+            return self.float8_spec
+        cut, spec = (layout.mesh, (0,)), self.float8_spec
+        cuts = ("weight_cut", "grad_cut") if place.dim == 0 else ("weight_cut", "input_cut")
+        return replace(spec, **{k: cut for k in cuts if getattr(spec, k) is None})
+
     def partial_forward(self, x: torch.Tensor) -> torch.Tensor:
         """Under the plain RowwiseParallel: this rank's float8 product ``x_local @ W_local^T``, a
         partial sum the style reduces (in high precision) and adds the bias to, once."""
         with debug.module_scope(fqn(self)):
-            return _Float8Linear.apply(x, self.weight, None, self.float8_spec)
+            return _Float8Linear.apply(x, self.weight, None, self.spec)
 
     def forward(self, x):
         carrier, x8 = (x.carrier, x.scaled) if isinstance(x, Float8Input) else (x, None)
         with debug.module_scope(fqn(self)):  # the amax all-reduces (and a rowwise reduction) are this module's
-            y = _Float8Linear.apply(carrier, self.weight, x8, self.float8_spec)
+            y = _Float8Linear.apply(carrier, self.weight, x8, self.spec)
         if self.bias is not None and self.float8_spec.reduce is None:  # a rowwise style adds it after the reduction
             y = y + self.bias
         return y

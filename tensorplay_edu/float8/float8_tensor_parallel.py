@@ -39,9 +39,11 @@ from torch.autograd.function import once_differentiable
 
 from .. import debug
 from ..dtensor import DTensor
-from ..async_tp.ring import RingInput, _rows, ring_gather, ring_ok, ring_reduce_scatter
+from ..async_tp.fusion import ring_input, ring_ok
+from ..async_tp.ring import RingInput, _rows, all_gather_matmul, reduce_scatter_ring
 from ..parallel.prepare import PrepareModuleInput
-from ..parallel.style import ColwiseParallel, RowwiseParallel, fqn, input_as_dtensor, ring_input
+from ..parallel.base import fqn
+from ..parallel.style import ColwiseParallel, RowwiseParallel, input_as_dtensor
 from ..placement import Partial, Replicate, Shard
 from ..transition import redistribute_local
 from .float8_linear import Float8Input, Float8Linear, float8_mm
@@ -78,27 +80,20 @@ class _Float8Gather(torch.autograd.Function):
 
 
 class _Float8GatherMatmul(torch.autograd.Function):
-    """Async TP with float8 readers: the e4m3 chunks of the block input travel a ring, each
-    multiplied by every reader's float8 weight on arrival; backward, the readers' e5m2
-    gradients give the input gradient through a reduce-scatter ring (see async_tp/ring.py)."""
+    """Async TP with float8 readers: the e4m3 chunks of the block input travel the gather ring,
+    each multiplied by every reader's float8 weight; backward, the readers' e5m2 gradients give
+    the input gradient through the reduce-scatter ring (async_tp/ring.py: only the matmul differs)."""
 
     @staticmethod
     def forward(ctx, x, mesh, dim: int, sizes: list[int], specs: tuple, *weights):
         x8 = quantize(x, E4M3, (mesh, (0,)), specs[0].power_of_2)  # [b, s/t, h]: one global scale
         w8s = [quantize(w, E4M3, spec.weight_cut, spec.power_of_2) for w, spec in zip(weights, specs)]
-        full = list(x.shape)
-        full[dim] = sum(sizes)
-        gathered = x8.data.new_empty(full)  # float8, kept for the weight gradients
-        outs = [x.new_empty(full[:-1] + [w.shape[0]]) for w in weights]
 
-        def consume(c, chunk):  # chunk: [b, s_c, h] in e4m3
-            _rows(gathered, dim, sizes, c).copy_(chunk)
-            for out, w8, spec in zip(outs, w8s, specs):
-                y = float8_mm(chunk.reshape(-1, chunk.shape[-1]), x8.scale, w8.data.t(), w8.scale, x.dtype, spec.emulate)
-                _rows(out, dim, sizes, c).copy_(y.view(*chunk.shape[:-1], -1))
+        def times(w8, spec):  # a chunk [b, s_c, h] in e4m3 -> [b, s_c, o/t] in x's dtype
+            return lambda chunk: float8_mm(chunk.reshape(-1, chunk.shape[-1]), x8.scale, w8.data.t(), w8.scale,
+                                           x.dtype, spec.emulate).view(*chunk.shape[:-1], -1)
 
-        sent = ring_gather(x8.data, dim, sizes, mesh, consume)
-        debug.record("all_gather_matmul", full, x8.data.dtype, mesh.size(), sent, mesh.get_group())
+        gathered, outs = all_gather_matmul(x8.data, dim, sizes, mesh, [times(w8, sp) for w8, sp in zip(w8s, specs)])
         ctx.save_for_backward(gathered, x8.scale, *[w.data for w in w8s], *[w.scale for w in w8s])
         ctx.mesh, ctx.dim, ctx.sizes, ctx.specs, ctx.module = mesh, dim, sizes, specs, debug.current_module()
         ctx.dtypes = (x.dtype, [w.dtype for w in weights])
@@ -120,17 +115,16 @@ class _Float8GatherMatmul(torch.autograd.Function):
                 shape[dim] = sizes[d]
                 return shape
 
-            def produce(d):  # sum_j g_j[chunk d] @ W_j, this rank's part
-                part = torch.zeros(shape_of(d), dtype=x_dtype, device=gathered.device)
+            def part(d):  # sum_j g_j[chunk d] @ W_j, this rank's part
+                total = torch.zeros(shape_of(d), dtype=x_dtype, device=gathered.device)
                 for g8, wd, ws, spec in zip(g8s, w_data, w_scale, specs):
                     if g8 is not None:
                         rows = _rows(g8.data, dim, sizes, d)
-                        part += float8_mm(rows.reshape(-1, rows.shape[-1]), g8.scale, wd, ws, x_dtype,
-                                          spec.emulate).view(shape_of(d))
-                return part
+                        total += float8_mm(rows.reshape(-1, rows.shape[-1]), g8.scale, wd, ws, x_dtype,
+                                           spec.emulate).view(shape_of(d))
+                return total
 
-            grad_x, sent = ring_reduce_scatter(produce, shape_of, mesh)
-            debug.record("matmul_reduce_scatter", gathered.shape, x_dtype, mesh.size(), sent, mesh.get_group())
+            grad_x = reduce_scatter_ring(part, shape_of, gathered.shape, mesh)
         x2 = gathered.reshape(-1, gathered.shape[-1])
         grad_w = [None if g8 is None else float8_mm(g8.data.reshape(-1, g8.data.shape[-1]).t(), g8.scale, x2, x_scale,
                                                    dt, spec.emulate) for g8, dt, spec in zip(g8s, w_dtypes, specs)]
@@ -142,7 +136,7 @@ class Float8RingInput(RingInput):
 
     def _run(self):
         return _Float8GatherMatmul.apply(self.shard, self.mesh, self.dim, self.sizes,
-                                         tuple(m.float8_spec for m in self.readers), *[m.weight for m in self.readers])
+                                         tuple(m.spec for m in self.readers), *[m.weight for m in self.readers])
 
 
 def to_float8_input(x, layout, desired, mesh, power_of_2: bool = False) -> Float8Input:

@@ -1,5 +1,6 @@
-"""Starting ranks: ``launch`` forks them on this machine (notebooks, tests), ``run_from_env``
-runs under torchrun; a failing rank stops them all with its traceback (faults.py).
+"""Starting ranks: ``launch`` forks them on this machine (notebooks, tests; spawn.py, and rank.py
+inside each rank), ``run_from_env`` runs under torchrun (torchrun.py); a failing rank stops them all
+with its traceback (faults.py).
 
     from tensorplay_edu import launch      # re-exported at the top
 """

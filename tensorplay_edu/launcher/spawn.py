@@ -1,4 +1,4 @@
-"""Run one function on several ranks: from a notebook cell, a script, a test, or torchrun.
+"""Run one function on several ranks: from a notebook cell, a script or a test.
 
     from tensorplay_edu import launch
     def work(n):                          # may be defined in a notebook cell
@@ -6,50 +6,24 @@
         return dist.get_rank() * n
     launch(work, 4, 10)                   # -> [0, 10, 20, 30]
 
-How :func:`launch` avoids the known failure modes:
+:func:`launch` forks the ranks from a forkserver, a single-threaded process that has imported torch
+once (``fork`` of a threaded notebook kernel can deadlock; ``spawn`` costs seconds per launch).  The
+function travels by value with cloudpickle (a notebook's functions have no importable name), and the
+ranks meet through a ``FileStore`` in a fresh temporary folder (no port to collide).  Each rank
+(:mod:`~tensorplay_edu.launcher.rank`) runs ``torch.set_num_threads(threads)`` (default 1: ranks x
+threads must not exceed the cores), writes its output to a file, which the parent prints after the
+run with a ``[rank r]`` prefix, and sends back a plain copy of its result (tensors detached, on the
+CPU), read while the ranks run.  ``TENSORPLAY_CHECK_NCCL=1`` in the parent makes every rank check
+NCCL's rules.
 
-* **start method** ``forkserver``: ranks are forked from a small single-threaded server
-  process that has imported torch once (and ``torch._dynamo``, which building any
-  ``torch.optim`` optimizer imports: 3 s per launch otherwise).  Plain ``fork`` of a notebook kernel
-  (multi-threaded, maybe with CUDA initialised or an OpenMP pool running) can deadlock
-  or crash and makes Python 3.12+ warn on stderr; ``spawn`` costs seconds per launch.
-* **notebook functions** travel by value with ``cloudpickle`` (``spawn`` would look
-  them up by name in a ``__main__`` that has no such function).
-* **rendezvous** through a ``FileStore`` in a fresh temporary folder: no port at all, so
-  re-running a cell and two launches at once never collide.  (A ``TCPStore`` on port 0
-  works too, but here one launch in ten waited 5 s on a client's connect retry.)
-* **results** come back through one pipe per rank, read *while* the ranks run (joining
-  first could deadlock on a full pipe), pickled as plain copies (tensors detached, on
-  the CPU), so they stay valid after the rank exits.
-* **failures**: a rank that raises sends its traceback; the parent kills the other
-  ranks at once and raises :class:`RankError` naming the rank.  A rank that dies
-  without a word (``os._exit``, a signal) is seen through its process sentinel.  Every
-  collective times out after ``timeout`` seconds (default 60), and the parent gives the
-  stragglers ``timeout`` more seconds once any rank has finished.  Ranks that all stop
-  using the CPU for ``timeout`` seconds (each waiting outside any collective: a sleep, a
-  lock, ``input()``) are killed too, with a ``TimeoutError`` (read from ``/proc``, on Linux;
-  a rank that computes is never cut short).  No rank outlives the call.
-* **the parent's death**: each rank watches a pipe whose other end only the parent holds;
-  when the parent dies (even by SIGKILL), the pipe closes and every rank removes the launch's
-  temporary folder and exits.  The forkserver exits with its parent by itself.
-* **mismatched collectives** end in a timeout, "Connection closed by peer" or, for different
-  sizes, an abort (code -6, "Received data size doesn't match" in the rank's log): one hint
-  for all.  A rank that only lost its peer is named only if no other fails within 2 s.
-* **Ctrl-C**: the forkserver starts with SIGINT blocked, so it prints no traceback of its own
-  while it imports torch; a Ctrl-C while the ranks start waits until all exist (else one is
-  forked later, unseen, and finds its log folder gone), then all are killed.
-* **threads**: each rank runs ``torch.set_num_threads(threads)`` first (default 1: ranks
-  x threads must not exceed the cores, and a forked OpenMP pool can hang).
-* **prints**: each rank's stdout and stderr (Python and C level) go to a file; the
-  parent prints them after the run, rank by rank, each line prefixed ``[rank r]``, so
-  notebook cells are never garbled.
-* **NCCL's rules**: ``TENSORPLAY_CHECK_NCCL=1`` in the parent: every rank checks them (:mod:`.nccl_rules`).
-* **exit**: each rank ends with barrier -> ``destroy_process_group`` -> flush ->
-  ``os._exit``, which avoids gloo's abort at interpreter exit (pytorch/pytorch#190489).
+A rank that raises or dies stops them all: the parent kills the others and raises
+:class:`RankError`, naming the rank that failed first (:mod:`~tensorplay_edu.launcher.faults`).
+Every collective times out after ``timeout`` seconds; ranks still running ``timeout`` seconds after
+another finished, and ranks that all use no CPU for that long (a sleep, a lock, ``input()``), are
+killed with a ``TimeoutError``.  No rank outlives the call, not even on Ctrl-C or when the parent is
+killed (each rank watches a pipe that only the parent holds).
 
-Under torchrun, :func:`~tensorplay_edu.launcher.torchrun.run_from_env` runs the same worker
-function (see :mod:`tensorplay_edu.launcher.torchrun`).  How a failure is named and explained, and how
-hung ranks are told from working ones: :mod:`tensorplay_edu.launcher.faults`.
+Under torchrun, :func:`~tensorplay_edu.launcher.torchrun.run_from_env` runs the same worker function.
 """
 
 from __future__ import annotations
@@ -68,18 +42,15 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 import types
-from datetime import timedelta
 
 import cloudpickle
 import torch
-import torch.distributed as dist
 
 from ..gpu_rules import nccl as nccl_rules
-from .faults import (_GRACE, _IDLE_EXTRA, RankError, _check_arguments, _IdleWatch, _kind, _rank_error,
-                            _read)
-from .torchrun import current_device, finish, init_from_env, run_from_env  # noqa: F401  (re-exported)
+from .faults import _GRACE, _IDLE_EXTRA, RankError, _check_arguments, _IdleWatch, _kind, _rank_error, _read
+from .rank import _rank_main
+from .torchrun import current_device, init_from_env, run_from_env  # noqa: F401  (re-exported)
 
 __all__ = ["launch", "RankError", "run_from_env", "init_from_env", "current_device"]
 
@@ -155,82 +126,6 @@ def _dumps(obj) -> bytes:
     buffer = io.BytesIO()
     _Pickler(buffer).dump(obj)
     return buffer.getvalue()
-
-
-def _plain(obj):
-    """A copy of ``obj`` that outlives this process: tensors detached, cloned, on the CPU."""
-    if isinstance(obj, torch.Tensor):
-        obj = obj.detach().cpu().clone()
-        return _Float8Bytes(obj) if obj.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else obj
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_plain(o) for o in obj) if not hasattr(obj, "_fields") else type(obj)(*map(_plain, obj))
-    if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items()}
-    return obj
-
-
-class _Float8Bytes:
-    """A float8 tensor on its way back to the parent: its bytes (float8 tensors do not pickle)."""
-
-    def __init__(self, tensor: torch.Tensor):
-        self.data, self.dtype = tensor.view(torch.uint8), str(tensor.dtype).removeprefix("torch.")
-
-    def __reduce__(self):
-        return _float8_from_bytes, (self.data, self.dtype)
-
-
-def _float8_from_bytes(data: torch.Tensor, dtype: str) -> torch.Tensor:
-    return data.view(getattr(torch, dtype))
-
-
-def _watch_parent(alive, folder: str) -> None:
-    """In a rank: block on the parent's pipe; it closes when the parent ends (or dies): clean up, exit."""
-    def watch():
-        with contextlib.suppress(Exception):
-            alive.recv_bytes()  # nothing is ever sent: this returns (EOFError) when the parent is gone
-        shutil.rmtree(folder, ignore_errors=True)
-        os._exit(70)
-
-    threading.Thread(target=watch, name="tensorplay-parent-watch", daemon=True).start()
-
-
-def _rank_main(payload: bytes, rank: int, world_size: int, store_path: str, backend: str, timeout: float,
-               threads: int, conn, log_path: str, alive=None, check_nccl: dict | None = None) -> None:
-    """Entry point of one launched rank (runs in the child process)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it kills every rank
-    if alive is not None:
-        _watch_parent(alive, os.path.dirname(store_path))
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
-    torch.set_num_threads(threads)
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE=str(world_size), **(check_nccl or {}))
-    try:
-        fn, args = cloudpickle.loads(payload)
-        wait = timedelta(seconds=timeout)
-        store = dist.FileStore(store_path, world_size)
-        extra = {}
-        if backend == "nccl":  # the first CUDA call of this process: the forkserver never touched CUDA
-            extra["device_id"] = torch.device("cuda", rank)
-            torch.cuda.set_device(extra["device_id"])
-            backend = "cpu:gloo,cuda:nccl"  # CPU meshes keep working beside the GPU ones
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=wait, **extra)
-        nccl_rules.from_env(min(30.0, timeout / 2))  # the parent's TENSORPLAY_CHECK_NCCL (set above)
-        result = fn(*args)
-        try:
-            blob = cloudpickle.dumps(_plain(result))
-        except Exception as err:
-            raise TypeError(f"the function returned {type(result).__name__}, which cannot be sent back: {err}. "
-                            "Return plain tensors, numbers, lists or dicts (DTensor: .to_local() or "
-                            ".full_tensor()).") from err
-        conn.send_bytes(b"R" + blob)
-    except BaseException:
-        conn.send_bytes(b"E" + traceback.format_exc().encode())
-        finish(1)
-    finish(0)
 
 
 def launch(fn, world_size: int = 2, *args, backend: str = "gloo", timeout: float = 60.0, threads: int = 1,

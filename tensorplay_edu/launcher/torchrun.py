@@ -2,24 +2,15 @@
 
     torchrun --nproc-per-node 2 -m tensorplay_edu.lab.demo
 
-:func:`run_from_env` starts the default group from the environment, runs the worker
-function, and ends the rank the way :func:`tensorplay_edu.launch` ends its ranks
+:func:`run_from_env` starts the default group from the environment
+(:func:`tensorplay_edu.process_group.init_from_env`: which backend, which device), runs the
+worker function, and ends the rank the way :func:`tensorplay_edu.launch` ends its ranks
 (:func:`finish`): barrier, ``destroy_process_group``, flush, ``os._exit``, which avoids
 gloo's abort at interpreter exit (pytorch/pytorch#190489).
 
-Which backend (:func:`choose_backend`):
-
-* one GPU for every local rank: ``"cpu:gloo,cuda:nccl"``, one default group with a backend
-  for each kind of tensor, as PyTorch starts it: NCCL moves CUDA tensors, gloo CPU ones,
-  so a CPU mesh (``init_device_mesh("cpu", ...)``) works on a GPU node too;
-* fewer GPUs than local ranks (two ranks on a one-GPU laptop): gloo for everything, with
-  a warning, or an error if NCCL was asked for;
-* no GPU: gloo.
-
-The timeout is PyTorch's 10 minutes (a rank loading a checkpoint while the others wait
-in a collective must not be killed), and NCCL is told its device (``device_id``) up front.
-With ``TENSORPLAY_CHECK_NCCL=1`` every rank then checks NCCL's rules
-(:class:`~tensorplay_edu.gpu_rules.nccl.NCCLRulesMode`) for the rest of its life.
+With ``TENSORPLAY_CHECK_NCCL=1`` every rank checks NCCL's rules
+(:class:`~tensorplay_edu.gpu_rules.nccl.NCCLRulesMode`) from the moment its group starts
+from the environment (this module puts the checker in ``process_group.AFTER_START``).
 """
 
 from __future__ import annotations
@@ -27,50 +18,16 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-import warnings
-from datetime import timedelta
 
-import torch
 import torch.distributed as dist
 
+from .. import process_group
 from ..gpu_rules import nccl as nccl_rules
+from ..process_group import backends, choose_backend, current_device, init_from_env  # noqa: F401  (re-exported)
 
 __all__ = ["choose_backend", "backends", "current_device", "init_from_env", "run_from_env", "finish"]
 
-
-def choose_backend(gpus: int, local_ranks: int, requested: str | None = None) -> str:
-    """The default group's backend for ``local_ranks`` ranks on a node with ``gpus`` GPUs.
-
-    ``requested``: None (choose), ``"nccl"`` (error unless every local rank has a GPU) or ``"gloo"``.
-    """
-    if requested not in (None, "nccl", "gloo"):
-        raise ValueError(f"backend must be None, 'nccl' or 'gloo', got {requested!r}")
-    enough = gpus >= local_ranks > 0
-    if requested == "nccl" and not enough:
-        raise RuntimeError(f"backend='nccl' needs one GPU per local rank: {local_ranks} local ranks, {gpus} GPU(s) "
-                           "visible. Start fewer ranks per node (torchrun --nproc-per-node), or use gloo")
-    if requested == "gloo" or not enough:
-        if requested is None and gpus:
-            warnings.warn(f"{local_ranks} local ranks but {gpus} GPU(s): NCCL needs one GPU per rank, so the ranks "
-                          "use gloo on the CPU", stacklevel=3)
-        return "gloo"
-    return "cpu:gloo,cuda:nccl"
-
-
-def backends() -> dict[str, str]:
-    """The default group's backend per device type, e.g. ``{"cpu": "gloo", "cuda": "nccl"}``."""
-    if not dist.is_initialized():
-        return {}
-    config = dist.get_backend_config()  # "cpu:gloo,cuda:nccl"; "cpu:gloo,cuda:gloo" for plain gloo
-    return dict(part.split(":") for part in config.split(",") if ":" in part)
-
-
-def current_device() -> torch.device:
-    """The device this rank computes on: its GPU when the default group moves CUDA tensors
-    with NCCL, else the CPU."""
-    if backends().get("cuda") == "nccl" and torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+process_group.AFTER_START.append(nccl_rules.from_env)  # TENSORPLAY_CHECK_NCCL=1: check NCCL's rules from the start
 
 
 def finish(code: int) -> None:
@@ -86,23 +43,6 @@ def finish(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def init_from_env(timeout: float = 600.0, backend: str | None = None) -> torch.device:
-    """Start the default group from torchrun's RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE /
-    MASTER_*, with the backend of :func:`choose_backend`; returns :func:`current_device`."""
-    if not dist.is_initialized():
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        config = choose_backend(gpus, local_ranks, backend)
-        extra = {}
-        if "nccl" in config:
-            extra["device_id"] = torch.device("cuda", local_rank)  # NCCL knows its device from the start
-            torch.cuda.set_device(extra["device_id"])
-        dist.init_process_group(config, timeout=timedelta(seconds=timeout), **extra)
-        nccl_rules.from_env()  # TENSORPLAY_CHECK_NCCL=1: check NCCL's rules from here on
-    return current_device()
 
 
 def exit_code(stop: SystemExit) -> int:

@@ -65,7 +65,7 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, loss_parallel: bool, enable_
     if enable_async_tp:  # torchtitan's two lines: the TP group's all-gathers and reduce-scatters run decomposed
         import torch._inductor.config
 
-        from ..async_tp.ring import enable_symm_mem_for_group
+        from ..async_tp import enable_symm_mem_for_group
 
         torch._inductor.config._micro_pipeline_tp = True
         enable_symm_mem_for_group(tp_mesh.get_group().group_name)

@@ -37,7 +37,7 @@ from ..mesh import DeviceMesh, get_current_mesh
 from .hf_whole import guard_hf
 from .params import param_layout
 from .rng import mark_model_inputs, reset_streams_hook
-from .style import ParallelStyle
+from .base import ParallelStyle
 
 __all__ = ["parallelize_module"]
 

@@ -44,7 +44,7 @@ import torch
 from torch import nn
 from torch.distributed.checkpoint import state_dict as _torch_sd
 
-from .params import ParamLayout, _is_torch_dtensor, is_split, where
+from .layout import ParamLayout, _is_torch_dtensor, is_split, where
 from .piece import Piece
 
 __all__ = ["Piece", "get_state_dict", "set_state_dict", "get_model_state_dict", "set_model_state_dict",

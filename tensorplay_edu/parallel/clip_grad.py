@@ -1,58 +1,29 @@
 """Gradient clipping for a tensor-parallel model: one norm, the same on every rank.
 
-Clipping by the global norm scales every gradient by ``min(max_norm / (norm + 1e-6), 1)``
-where ``norm`` is the p-norm of ALL gradients seen as one long vector.  After
-``parallelize_module`` a rank holds only its piece of each sharded parameter, so
-``torch.nn.utils.clip_grad_norm_`` measures only this rank's pieces: each rank gets a
-different norm, clips by a different factor, and the replicated parameters (norm weights,
-a rowwise bias), identical on every rank until then, start to drift apart.
+Clipping scales every gradient by ``min(max_norm / (norm + 1e-6), 1)``, where ``norm`` is the
+p-norm of ALL gradients seen as one vector.  ``torch.nn.utils.clip_grad_norm_`` on a rank sees only
+its pieces: each rank would get its own norm and clip by its own factor, and the replicated
+parameters (norm weights, a rowwise bias) would drift apart.  So the sum is written out over the
+ranks (for p < inf, norm^p = the sum over every gradient element of |g|^p):
 
-The fix is the same sum written out over the ranks.  For p < inf,
+* a **sharded** parameter (``Shard`` on a mesh dim of more than one rank): this rank sums |g|^p
+  over its piece, and the pieces' sums are added over the ranks of every such mesh dim.  This
+  rank's sum is ``Partial`` there, and ``Partial -> Replicate`` is one all-reduce per mesh dim,
+  shared by all parameters sharded over the same process groups (one for a whole 1-D TP model);
+* a **replicated** parameter (no layout, or ``Replicate`` on a mesh dim, or DDP's averaged
+  gradients over ``"dp"``) is counted once: every rank holds the same whole gradient;
+* ``norm_type=inf``: the largest |g|, so the maximum over the ranks (``Partial("max")``), with a
+  "this rank saw a nan" flag in the same all-reduce (a maximum over ranks may drop a nan).
 
-    norm^p = sum over every parameter of sum over its elements of |g|^p
+Every rank then holds the single-device norm and clips its pieces with PyTorch's
+``clip_grads_with_norm_``.
 
-and every element of a sharded gradient sits on exactly one rank of each mesh dim its
-layout shards, while a replicated gradient sits, whole, on every rank.  So:
-
-* **sharded parameters** (layout ``Shard`` on a mesh dim of more than one rank): this rank
-  sums |g|^p over its piece, and the pieces' sums are added over the ranks of every mesh
-  dim on which the layout is ``Shard``.  In the words of the transition table: this rank's
-  sum is ``Partial`` over those mesh dims, and ``Partial -> Replicate`` is one all-reduce
-  per mesh dim.  Parameters that are sharded over the same process groups share ONE
-  all-reduce of one number (on a 1-D mesh: one all-reduce for the whole model);
-* **replicated parameters** (no layout, or ``Replicate`` on a mesh dim) are counted once:
-  every rank already holds the whole gradient, identical everywhere, so adding the ranks'
-  copies would count it ``t`` times.  A layout ``[Shard(0), Replicate()]`` is summed over
-  the first mesh dim only, for the same reason.  The gradients of a model wrapped in
-  ``DistributedDataParallel`` over a ``"dp"`` mesh dim are the same on every dp rank when
-  ``backward`` returns (DDP averaged them), so nothing is summed over ``"dp"`` either;
-* for ``norm_type=inf`` the norm is the largest |g|, so "added over the ranks" becomes
-  "the largest over the ranks": ``Partial("max") -> Replicate``.  A ``nan`` must win
-  as it does on one device, but a maximum over ranks may drop it (gloo keeps it only
-  from rank 0), so a "this rank saw a nan" flag rides along in the same all-reduce.
-
-Then every rank holds the same norm and multiplies its pieces by the same factor, with
-PyTorch's own ``clip_grads_with_norm_``.  The result is exactly single-device clipping.
-
-Guard on PyTorch's function
----------------------------
-Importing :mod:`tensorplay_edu.parallel` wraps ``torch.nn.utils.clip_grad_norm_`` (also
-reachable as ``torch.nn.utils.clip_grad.clip_grad_norm_``, which the deprecated
-``clip_grad_norm`` calls) and ``torch.nn.utils.get_total_norm``.  The wrapper keeps no
-state, keeps PyTorch's signature and docstring (``functools.wraps``) and calls PyTorch's
-function unchanged, except that it raises a ``RuntimeError`` first when a tensor it is
-given is a tensor-parallel parameter sharded over more than one rank: that call would
-return a silently wrong, rank-dependent result.  An error, not a warning: nothing about
-that result is usable (the model stops matching its single-device self, and the replicas
-of a parameter stop being replicas), a warning shows once and then scrolls away in a
-training log, and every rank raises together (PyTorch's function does not communicate,
-so no rank is left waiting).  The same choice as a plan key that matches no module.
-PyTorch's function stays reachable as
-``torch.nn.utils.clip_grad_norm_.__wrapped__``.  A reference taken *before*
-``tensorplay_edu.parallel`` was imported (``from torch.nn.utils import clip_grad_norm_``
-first) is PyTorch's unwrapped function; and ``get_total_norm`` is usually given the
-gradients, plain tensors that carry no layout, so only a call with the parameters
-themselves can be caught there.
+Importing :mod:`tensorplay_edu.parallel` guards PyTorch's ``torch.nn.utils.clip_grad_norm_`` and
+``get_total_norm``: given a tensor-parallel parameter sharded over several ranks, they raise a
+``RuntimeError`` (their answer would be this rank's), and otherwise run unchanged.  PyTorch's
+function stays reachable as ``torch.nn.utils.clip_grad_norm_.__wrapped__``; a reference taken
+before ``tensorplay_edu.parallel`` was imported is unguarded, and ``get_total_norm`` given the
+gradients (plain tensors, no layout) cannot tell.
 """
 
 from __future__ import annotations

@@ -1,54 +1,30 @@
 """Replicated parameters whose gradients come out as partial sums, made whole: one at a time, or in one bucket.
 
-A sequence-parallel norm sees only this rank's tokens, so the gradient of its (replicated)
-weight is an addend of the true gradient: ``Partial`` over the TP group.  In the words of
-the transition table, the weight is a ``Replicate`` tensor read with gradient placement
-``Partial``: Megatron's ``f``, applied to a parameter.  Making it whole is the table's row
-Partial -> Replicate, an all-reduce.  (A rowwise bias under a sharded output is the same.)
+A sequence-parallel norm sees only this rank's tokens, so the gradient of its (replicated) weight
+is an addend of the true gradient: ``Partial`` over the TP group (a rowwise bias under a sharded
+output is the same).  Making it whole is the transition table's Partial -> Replicate, an
+all-reduce.  You choose when:
 
-PyTorch keeps such a gradient ``Partial`` and all-reduces it whenever the optimizer reads it
-(three times per parameter in one AdamW step).  Here there are two ways, and you choose:
+**One at a time, as it arrives (the default).**  A hook on the parameter all-reduces each
+backward's addend before autograd adds it to ``.grad``, so ``.grad`` is whole on every rank from
+the moment it is written, whatever reads it (the optimizer, ``clip_grad_norm_``, DDP's and FSDP's
+hooks).  The cost: one small all-reduce per such parameter per backward (2L+1 for an L-block Llama).
 
-**One at a time, as it arrives (the default).**  A hook on the parameter all-reduces this
-backward's addend *before* autograd adds it to ``.grad``.  ``.grad`` is whole, the same on
-every rank, from the moment it is written, so whatever reads it sees the true gradient: the
-optimizer, ``clip_grad_norm_``, your own code right after ``backward()``, and the hooks of
-``DistributedDataParallel`` and FSDP, which run as soon as a gradient is accumulated.
-Accumulating over several backwards stays right (each backward reduces its own addend).
-The cost: one small all-reduce (a norm weight is ``[h]``) per parameter per backward, 2L+1
-of them for an L-block Llama, each a rendezvous of every rank in the middle of the backward.
+**All in one bucket, once per step** (:func:`bucket_partial_grads`, as Megatron-LM's
+``finalize_model_grads``).  ``.grad`` keeps this rank's part, and
+:meth:`PartialGradBucket.finalize` issues ONE all-reduce (per TP group and dtype) for all of them.
+Sums commute, so anything linear may happen to ``.grad`` first (several backwards accumulating,
+DDP's average, FSDP2's reduce-scatter), but nothing may *read* it before ``finalize()``.  It runs by
+itself in the optimizer's ``step`` (when you pass the optimizer) and in
+:func:`tensorplay_edu.parallel.clip_grad_norm_`; anything else that reads ``.grad`` first must call
+``finalize()`` itself.  It reduces only the gradients that arrived since its last call, and a
+backward that would add to a gradient it already made whole (a ``finalize()`` per micro-batch, a
+step without ``zero_grad``) raises.  :class:`CommDebugMode` records it as one ``backward``
+all-reduce in module ``"partial grads (bucket)"``.
 
-**All in one bucket, once per optimizer step** (:func:`bucket_partial_grads`), as
-Megatron-LM's ``finalize_model_grads`` does after its data-parallel reduction.  The hooks
-only note that a gradient arrived; ``.grad`` keeps this rank's part; then
-:meth:`PartialGradBucket.finalize` concatenates every such gradient into one flat buffer and
-issues ONE all-reduce (per TP group and dtype) for all of them.  Sums commute, so it may run
-after anything linear that happened to ``.grad`` in between:
-
-* several backwards accumulating into ``.grad`` (the sum of the parts is the part of the sum);
-* DDP's average over the data-parallel group, FSDP2's reduce-scatter over it (the average of
-  partial sums, summed over TP, is the average of the whole gradients).
-
-What it needs is that nothing *reads* ``.grad`` before ``finalize()`` and that
-``finalize()`` runs once, after the last backward of the step.  So it runs by itself where
-the gradient is first read: in the optimizer's ``step`` (a pre-step hook, when you pass the
-optimizer) and in :func:`tensorplay_edu.parallel.clip_grad_norm_`.  Anything else that reads
-``.grad`` first (your own code, PyTorch's optimizer without the hook) must call
-``finalize()`` itself.  It reduces only the gradients that arrived since its last call (a
-norm this step's backwards did not reach is not summed again), and a backward that would add
-to a gradient ``finalize()`` already made whole and nobody touched since (a ``finalize()``
-per micro-batch, a step without ``zero_grad``) raises instead of summing it again.
-
-:class:`CommDebugMode` records the bucket as one ``all_reduce`` of the ``backward`` phase, in
-module ``"partial grads (bucket)"``.
-
-The hook lives on the parameter object; the small state it reads lives on the module
-(``module._tp_partial_grads``), so it outlives the parameter.  A style calls
-:func:`partial_gradient` again in every forward, which costs nothing when the hook is there
-and re-attaches it, with the same state, when the parameter was replaced after
-parallelization (FSDP's unsharded parameters, ``to_empty``); ``attach_layouts`` (after
-``fully_shard``) hands the state to FSDP2's sharded parameters, where ``clip_grad_norm_``
-finds the bucket and ``finalize()`` the reduced gradient.
+The hook lives on the parameter; its state on the module (``module._tp_partial_grads``), so a style
+re-attaches it in every forward when the parameter was replaced (FSDP's unsharded parameters,
+``to_empty``), and ``attach_layouts`` hands it to FSDP2's sharded parameters.
 """
 
 from __future__ import annotations

@@ -27,33 +27,18 @@ embedding_colwise          ColwiseParallel(output_layouts=Replicate())
 replicate                  nothing: the module stays whole on every rank
 =========================  =================================================  ===================
 
-The embedding: we follow HF, which shards ``embed_tokens`` over the vocabulary (each rank
-looks up the ids it owns, zeros elsewhere, one all-reduce). A tied ``lm_head`` (Shard(0) rows
-too) stays tied: ``parallelize_module`` keeps one parameter for both.
+A tied ``lm_head`` (Shard(0) rows, as the vocabulary-parallel embedding) stays tied:
+``parallelize_module`` keeps one parameter for both.  Any other string (HF's packed, MoE, MLA
+styles) is a ValueError naming the module and the string; ``sequence_parallel`` is refused with
+the reason (:data:`SP_REASON`).  HF's attention takes the head count from the local width, so this
+rank's heads work as is; :func:`plan_from_hf` checks that both head counts divide by the mesh size
+(with ``mesh=`` at once, else when ``parallelize_module`` applies each style).
 
-Any other string (HF's packed, MoE, MLA styles) is a ValueError naming the module, the
-string and the strings above. ``sequence_parallel`` is refused with the reason
-(:data:`SP_REASON`): HF's model computes positions and the causal mask from the shape of
-the hidden states inside its own forward.
-
-Attention with this rank's heads works as is: HF's attention views ``q_proj``'s output as
-``(*input_shape, -1, head_dim)`` (the head count comes from the local width) and repeats the
-K/V heads ``num_attention_heads // num_key_value_heads`` times, a ratio that each rank keeps
-(H/t over K/t). :func:`plan_from_hf` checks that both head counts divide by the mesh size: with
-``mesh=`` at once, else each style of its plan when ``parallelize_module`` applies it.
-
-Initialising on the meta device (build under ``torch.device("meta")``, parallelize, ``to_empty``,
-``model.init_weights()`` under a seed) gives the single-device model, as for our own Llama
-(``init.py``: every rank draws the whole parameter and keeps its piece), with one catch that this
-module removes: transformers copies the ``torch.nn.init`` functions into its own table
-(``transformers.initialization.TORCH_INIT_FUNCTIONS``) when it is imported, and its
-``init_weights`` calls them from there. Imported before ``tensorplay_edu.parallel`` (``from
-transformers import ...`` first, as most scripts do), the table holds PyTorch's unwrapped
-functions: every rank would draw its piece's worth of numbers from the same seed (rank 0's and
-rank 1's heads alike, the generator left at the wrong place). Importing the package points the
-table's entries at the wrapped functions (``init.guard_transformers_init``, called by
-``install_guards``), which act as PyTorch's on any tensor that is not a tensor-parallel piece;
-transformers imported later copies the wrapped functions itself.
+Initialising on the meta device (``to_empty``, then ``model.init_weights()`` under a seed) gives
+the single-device model, as for our own Llama (``init.py``).  transformers calls the
+``torch.nn.init`` functions from its own copy (``transformers.initialization.TORCH_INIT_FUNCTIONS``),
+so importing the package points that copy at the wrapped functions too
+(``init.guard_transformers_init``), whichever was imported first.
 """
 
 from __future__ import annotations
@@ -66,7 +51,8 @@ from torch import nn
 from ..mesh import DeviceMesh
 from ..placement import Replicate, Shard
 from .init import guard_transformers_init
-from .style import ColwiseParallel, ParallelStyle, RowwiseParallel
+from .base import ParallelStyle
+from .style import ColwiseParallel, RowwiseParallel
 
 __all__ = ["HF_STYLES", "SP_REASON", "guard_transformers_init", "hf_plan_strings", "plan_from_hf"]
 

@@ -1,48 +1,35 @@
 """loss_parallel: cross-entropy on logits sharded over the classes, never gathering them.
 
-Rank r of the TP group holds the logits of classes ``[o_r, o_r + V_r)`` (``torch.chunk``
-of V).  Per row:
+Rank r of the TP group holds the logits of classes ``[o_r, o_r + V_r)`` (``torch.chunk`` of V).
+Each row needs three numbers from the whole vocabulary, one all-reduce each over the TP group
+(:func:`_vocab_parallel_forward`, as in Megatron-LM's vocab-parallel cross-entropy):
 
-1. ``m = max_c x_c``               all-reduce (max) of one value per row
-2. ``s = sum_c exp(x_c - m)``      all-reduce (sum) of one value per row; ``lse = m + log s``
-3. ``x_y``, the target's logit      all-reduce (sum): only its owner has it, the others add 0
+1. ``m = max_c x_c``             all-reduce (max)
+2. ``s = sum_c exp(x_c - m)``    all-reduce (sum); ``lse = m + log s``
+3. ``x_y``, the target's logit   all-reduce (sum): its owner adds it, the others add 0
    (with label smoothing the same all-reduce also carries ``sum_c w_c x_c``)
 
-``loss = (1 - eps) * w_y * (lse - x_y) + eps / V * (W * lse - sum_c w_c x_c)``, with
-``W = sum_c w_c`` over the *global* V classes (Megatron divides by the local count).
-The gradient is local, no communication: ``(1 - eps) w_y (softmax - onehot_y) + eps / V
-(W softmax - w)``, times the reduction's scale.  One ``[N, V/t]`` buffer does it all, as in
-Megatron: ``x - m``, exponentiated and divided in place into the softmax (kept for backward
-instead of the logits), then scaled in place into the gradient (so: one backward per loss).
+``loss = (1 - eps) w_y (lse - x_y) + eps / V (W lse - sum_c w_c x_c)``, ``W = sum_c w_c`` over all V
+classes.  The gradient is local, no communication: ``(1 - eps) w_y (softmax - onehot_y) + eps / V
+(W softmax - w)``, times the reduction's scale.  One ``[N, V/t]`` buffer holds ``x - m``, then in place
+the softmax (kept for backward instead of the logits), then in place the gradient: one backward per loss.
 
-**N-D meshes** (DP x TP, CP x TP, ...).  Exactly one mesh dim shards the class dim (dim 1,
-or 0 for 1-D logits): the *TP dim*.  Every other mesh dim shards another tensor dim (the
-batch, the sequence: the *row dims*) or replicates.  A rank then holds a block of rows x
-a block of classes, and the per-row math above needs only the ranks holding the same
-rows: the three all-reduces run on the TP dim's group alone (the transition table's
-Partial -> Replicate on that mesh dim, Replicate elsewhere).  The target is laid out
-like the logits without their class dim: TP's ``Shard(class)`` becomes ``Replicate``
-and a ``Shard(d)`` with ``d > class`` becomes ``Shard(d - 1)``.  A plain tensor target
-is accepted only when that layout is all ``Replicate`` (otherwise: is it the global
-target or this rank's rows?).
+N-D meshes (DP x TP, CP x TP).  One mesh dim shards the class dim (dim 1, or 0 for 1-D logits): the
+*TP dim*.  The others shard other tensor dims (the *row dims*: batch, sequence) or replicate; the
+per-row all-reduces run on the TP dim's group alone.  The target is laid out like the logits without
+their class dim: ``Shard(class)`` becomes ``Replicate``, ``Shard(d > class)`` becomes ``Shard(d - 1)``.
+A plain tensor target is accepted where that layout is all ``Replicate``.
 
-Reductions.  ``"none"`` stays per row: a DTensor laid out like the target when rows are
-sharded, a plain tensor otherwise.  ``"sum"`` and ``"mean"`` pack ``[sum of row losses,
-sum of w_y over non-ignored rows]`` in ONE more all-reduce over the row dims (one per row
-dim of more than one rank: one on a DP x TP mesh; none on a 1-D mesh).  "mean" divides
-by that *global* denominator.  A local one would be wrong: with 7 rows over 2 ranks, or
-ignored tokens unevenly spread, averaging the ranks' own means weights a row by 1 / (its
-rank's count), not 1 / (the global count) (pytorch/pytorch#185167; PyTorch 2.13 refuses
-"mean" on N-D meshes).  The loss comes back as a plain tensor, the same on every rank,
-and its gradient on each rank is the gradient of that global loss for this rank's block:
-``scale = grad / global denominator``, still no communication in backward.
+Reductions.  ``"none"`` is per row: a DTensor laid out like the target when rows are sharded, else a
+plain tensor.  ``"sum"`` and ``"mean"`` add ``[sum of row losses, sum of w_y]`` over the row dims in one
+more all-reduce, and ``"mean"`` divides by that global denominator (a mean of the ranks' means would
+weigh each row by its own rank's count).  The loss is a plain tensor, the same on every rank, and its
+backward communicates nothing.
 
-Under ``with loss_parallel():`` ``F.cross_entropy`` (and ``nn.CrossEntropyLoss``),
-``F.log_softmax`` and ``F.nll_loss`` accept a class-sharded logits DTensor.
-``F.nll_loss(F.log_softmax(x, 1), y)`` takes the fused path above.  A ``log_softmax`` used
-elsewhere gets its true gradient, which costs one all-reduce (TP group) in backward
-(PyTorch's is silently wrong, pytorch/pytorch#190746).  The backward does not need to run
-inside the context, and the contexts nest.
+Under ``with loss_parallel():`` ``F.cross_entropy`` (``nn.CrossEntropyLoss``), ``F.log_softmax`` and
+``F.nll_loss`` accept a class-sharded logits DTensor; ``F.nll_loss(F.log_softmax(x, 1), y)`` is the same
+three all-reduces.  A ``log_softmax`` read otherwise costs one all-reduce in backward (``sum_c g``).
+The contexts nest, and backward may run outside them.
 """
 
 from __future__ import annotations
@@ -54,7 +41,8 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from .. import debug
-from ..dtensor import DTensor, register_torch_function
+from ..dtensor import DTensor
+from ..dtensor import register_torch_function
 from ..placement import Partial, Replicate, Shard, chunk_offset
 from ..transition import redistribute_local
 
@@ -63,11 +51,11 @@ __all__ = ["loss_parallel"]
 _HINT = "Produce the logits with ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)."
 
 
-def _all_reduce(x: torch.Tensor, mesh, dims, op: str = "sum") -> torch.Tensor:
-    """Partial on mesh ``dims`` -> Replicate, through the transition table: one all-reduce
-    per mesh dim in ``dims`` (none for a one-rank dim), on that dim's group only."""
+def _all_reduce(x: torch.Tensor, mesh, dims, op: str = "sum", scope=debug.module_scope) -> torch.Tensor:
+    """All-reduce ``x`` over mesh ``dims``: the transition table's ``Partial(op) -> Replicate`` row, one
+    collective per mesh dim of more than one rank, on that dim's group only, recorded as loss_parallel's."""
     src = tuple(Partial(op) if i in dims else Replicate() for i in range(mesh.ndim))
-    with debug.module_scope("loss_parallel"):
+    with scope("loss_parallel"):
         return redistribute_local(x, mesh, src, (Replicate(),) * mesh.ndim, x.shape)
 
 
@@ -94,13 +82,31 @@ def _rows(dt: DTensor, dim: int):
 
 
 @torch.no_grad()
-def _logsumexp(rows: torch.Tensor, mesh, tp: int) -> torch.Tensor:
-    """Global log-sum-exp of each row over all classes: 2 all-reduces on the TP group."""
-    local_max = rows.amax(1) if rows.shape[1] else rows.new_full(rows.shape[:1], float("-inf"))
-    m = _all_reduce(local_max, mesh, [tp], "max")  # [N]
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    s = _all_reduce((rows - m[:, None]).exp().sum(1), mesh, [tp])  # [N]
-    return m + s.log()
+def _vocab_parallel_forward(rows: torch.Tensor, mesh, tp: int, sums=None, lse=None, softmax: bool = True):
+    """The three all-reduces of the vocabulary-parallel cross-entropy, on this rank's ``rows`` [N, V/t].
+
+    Returns (the softmax [N, V/t] or None, the global log-sum-exp [N], the global ``sums`` [k, N] or None).
+    A given ``lse`` (from our log_softmax; 0 for log-probabilities) skips the first two all-reduces;
+    ``sums=None`` (log_softmax: no target) skips the third."""
+    buf = None
+    if lse is None:
+        local_max = rows.amax(1) if rows.shape[1] else rows.new_full(rows.shape[:1], float("-inf"))  # [N]
+        # all-reduce (max) over the TP group: the row's global max
+        m = _all_reduce(local_max, mesh, [tp], "max")  # [N]
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # a row of -inf logits shifts by 0
+        buf = rows - m[:, None]  # [N, V/t]: the one fresh buffer
+        # all-reduce (sum) over the TP group: the row's sum of exp(x - m)
+        s = _all_reduce(buf.exp_().sum(1), mesh, [tp])  # [N]
+        buf.div_(s[:, None])  # [N, V/t]: the softmax, in place
+        lse = m + s.log()  # [N]
+    elif softmax:
+        buf = (rows - lse[:, None]).exp_()  # [N, V/t]: the softmax, from the lse given
+    if sums is None:
+        return buf, lse, None
+    # all-reduce (sum) over the TP group: the target's logit x_y (its owner adds it, the others 0),
+    # and with label smoothing sum_c w_c x_c in the same call
+    total = _all_reduce(torch.stack(sums), mesh, [tp])  # [k, N], k = 1 or 2
+    return buf, lse, total
 
 
 class _LogSoftmax(torch.autograd.Function):
@@ -117,21 +123,15 @@ class _LogSoftmax(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
-        with debug.backward_scope("loss_parallel"):
-            src = tuple(Partial() if i == ctx.tp else Replicate() for i in range(ctx.mesh.ndim))
-            total = redistribute_local(grad.sum(1), ctx.mesh, src, (Replicate(),) * ctx.mesh.ndim, grad.shape[:1])
+        # all-reduce (sum) over the TP group: sum_c g of each row
+        total = _all_reduce(grad.sum(1), ctx.mesh, [ctx.tp], scope=debug.backward_scope)  # [N]
         return grad - out.exp() * total[:, None], None, None, None
 
 
 class _VocabParallelNLL(torch.autograd.Function):
     """Forward: the loss from rows of logits (``softmax=True``) or of log-probabilities.
-    Backward: local, no communication, written into the softmax buffer the forward owns.
-
-    Arithmetic passes over the ``[N, V/t]`` slice, as Megatron's vocab-parallel cross-entropy:
-    forward ``buf = x - m`` (the one fresh buffer), ``exp_`` in place (the one exp), ``sum``,
-    ``div_`` in place: ``buf`` is the softmax, saved; the logits themselves are not kept.
-    Backward scales ``buf`` in place and subtracts the target's share: ``buf`` becomes the
-    gradient, so the graph can be run backward once (a second time raises)."""
+    Backward: local, no communication: it scales the saved softmax buffer in place and subtracts
+    the target's share, so the buffer becomes the gradient and the graph runs backward once."""
 
     @staticmethod
     def forward(ctx, rows, lse, target, weight, ignore_index, eps, reduction, comm, offset, classes, softmax):
@@ -145,18 +145,7 @@ class _VocabParallelNLL(torch.autograd.Function):
         w_local = None if weight is None else weight.narrow(0, offset, rows.shape[1])
         if eps > 0:  # [N]: sum_c w_c x_c, this rank's part (a matrix-vector product: no [N, V/t] temporary)
             sums.append(rows.sum(1) if w_local is None else rows @ w_local.to(rows.dtype))
-        buf = None
-        if softmax and lse is None:  # the global log-sum-exp: 2 all-reduces on the TP group
-            local_max = rows.amax(1) if rows.shape[1] else rows.new_full(rows.shape[:1], float("-inf"))
-            m = _all_reduce(local_max, mesh, [tp], "max")  # [N]
-            m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-            buf = rows - m[:, None]  # [N, V/t]: the one fresh buffer
-            total = _all_reduce(buf.exp_().sum(1), mesh, [tp])  # [N]
-            buf.div_(total[:, None])  # the softmax, in place
-            lse = m + total.log()
-        elif softmax:  # lse given (nll_loss of our log_softmax): the softmax in one fresh buffer
-            buf = (rows - lse[:, None]).exp_()
-        packed = _all_reduce(torch.stack(sums), mesh, [tp])  # [1 or 2, N]
+        buf, lse, packed = _vocab_parallel_forward(rows, mesh, tp, sums, lse, softmax)  # the three all-reduces
         w_y = valid.to(lse.dtype) if weight is None else weight[safe].to(lse.dtype) * valid
         loss = (1 - eps) * w_y * (lse - packed[0])
         total_w = classes if weight is None else weight.sum()
@@ -167,7 +156,7 @@ class _VocabParallelNLL(torch.autograd.Function):
         ctx.denominator, ctx.spent = 1, False
         if reduction == "none":
             return loss
-        # [sum of row losses, sum of w_y]: local rows -> all rows, one all-reduce over the row dims
+        # all-reduce (sum) over the row dims: [sum of row losses, sum of w_y] of all rows, not this rank's
         acc = torch.promote_types(loss.dtype, torch.float32)  # (a bfloat16 count is inexact above 256)
         totals = _all_reduce(torch.stack([loss.to(acc).sum(), w_y.to(acc).sum()]), mesh, row_dims)
         if reduction == "sum":
@@ -269,7 +258,7 @@ def _log_softmax(input, dim=None, _stacklevel=3, dtype=None):
         return DTensor.from_local(local, input.device_mesh, input.placements, shape=input.shape)
     tp, _, _ = _layout(input, dim, "F.log_softmax")
     rows, moved = _rows(input, dim)
-    lse = _logsumexp(rows, input.device_mesh, tp)
+    _, lse, _ = _vocab_parallel_forward(rows, input.device_mesh, tp)  # all-reduces 1 and 2: the lse
     local = _LogSoftmax.apply(rows, lse, input.device_mesh, tp).view(moved).movedim(-1, dim)
     out = DTensor.from_local(local, input.device_mesh, input.placements, shape=input.shape)
     out._log_softmax_of = (input, dim, lse)  # lets nll_loss take the fused path

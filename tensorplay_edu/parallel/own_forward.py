@@ -100,3 +100,13 @@ def vocab_parallel_embedding(self: nn.Embedding, ids: torch.Tensor) -> torch.Ten
 
 def _path(module: nn.Module) -> str:
     return getattr(module, "_tp_fqn", "") or type(module).__name__
+
+
+def refuse_whole_row_options(style, module: nn.Embedding, path: str, rowwise: bool) -> None:
+    """nn.Embedding's max_norm renormalises whole rows, and (row-split) scale_grad_by_freq counts
+    every id: this rank's piece holds neither, so the style refuses them."""
+    cut = [o for o in ("max_norm",) + (("scale_grad_by_freq",) if rowwise else ()) if getattr(module, o)]
+    if cut:
+        raise NotImplementedError(f"{type(style).__name__} on '{path}': nn.Embedding({cut[0]}=...) reads "
+                                  "whole rows or every id, which this rank's piece does not hold; leave the "
+                                  "embedding whole (out of the plan), or drop the option")

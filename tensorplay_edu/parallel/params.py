@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import types
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -25,52 +24,14 @@ from torch import nn
 from ..distribute import distribute_tensor
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
-from ..placement import Placement, Replicate, Shard, chunk_offset
+from ..placement import Placement, Replicate
+from .checkpoint import register_state_dict_hooks
 from .grad_sync import follow_replaced
+from .layout import ParamLayout, _is_torch_dtensor, is_split, param_layout, tp_offsets, where  # noqa: F401
 from .piece import Piece
 
 __all__ = ["ParamLayout", "param_layout", "is_split", "tp_offsets", "where", "attach_layouts", "buffers_to_mesh",
            "as_dtensor", "distribute_param", "full_state_dict", "load_full_state_dict"]
-
-
-@dataclass(frozen=True)
-class ParamLayout:
-    mesh: DeviceMesh
-    placements: tuple[Placement, ...]
-    shape: torch.Size  # the global (single-device) shape
-
-
-def param_layout(param: torch.Tensor) -> ParamLayout | None:
-    """How a parallelized parameter is laid out (None: a full, untouched parameter)."""
-    return getattr(param, "tp_layout", None)
-
-
-def is_split(layout: ParamLayout | None) -> bool:
-    """Does ``layout`` cut the parameter into pieces (Shard on a mesh dim of more than one rank)?"""
-    return layout is not None and any(isinstance(p, Shard) and layout.mesh.size(d) > 1
-                                       for d, p in enumerate(layout.placements))
-
-
-def tp_offsets(layout: ParamLayout) -> list[int]:
-    """Where this rank's tensor-parallel piece starts in the whole parameter."""
-    offsets = [0] * len(layout.shape)
-    for d, p in enumerate(layout.placements):
-        if isinstance(p, Shard):
-            offsets[p.dim] += chunk_offset(layout.shape[p.dim], layout.mesh.size(d), layout.mesh.get_local_rank(d))
-    return offsets
-
-
-def where(value: torch.Tensor, layout: ParamLayout) -> tuple[torch.Tensor, tuple[int, ...]]:
-    """This rank's local tensor of a parameter (or of a tensor shaped like it) and its offsets
-    in the single-device tensor.  ``value`` is the TP piece, or FSDP2's DTensor of it."""
-    offsets = tp_offsets(layout)
-    if _is_torch_dtensor(value):  # FSDP2 cut our piece again, over the data-parallel mesh
-        piece_shape, mesh = value.shape, value.device_mesh
-        for d, p in enumerate(value.placements):
-            if p.is_shard():
-                offsets[p.dim] += chunk_offset(piece_shape[p.dim], mesh.size(d), mesh.get_coordinate()[d])
-        value = value.to_local()
-    return value, tuple(offsets)
 
 
 def distribute_param(module: nn.Module, name: str, placement: Placement, mesh: DeviceMesh,
@@ -82,10 +43,10 @@ def distribute_param(module: nn.Module, name: str, placement: Placement, mesh: D
     setattr(module, name, param)
     if not hasattr(module, "_tp_layouts"):  # the module keeps them too: some wrappers replace parameters
         module._tp_layouts = {}
-        from .checkpoint import register_state_dict_hooks  # state_dict(): pieces that DCP can place
-        register_state_dict_hooks(module)
+        register_state_dict_hooks(module)  # state_dict(): pieces that DCP can place
         module._apply = types.MethodType(_apply_keeping_layouts, module)  # to_empty, .to(), .double()
         module.__deepcopy__ = types.MethodType(_deepcopy_keeping_layouts, module)  # copy.deepcopy looks here
+        module.register_forward_pre_hook(_attach_before_forward)  # before the style's hooks: they read layouts
     module._tp_layouts[name] = ParamLayout(mesh, piece.placements, full.shape)
     attach_own_layouts(module)  # param.tp_layout
     return param
@@ -111,8 +72,7 @@ def attach_layouts(model: nn.Module) -> nn.Module:
 
 
 def attach_own_layouts(module: nn.Module) -> None:
-    """:func:`attach_layouts` for ``module``'s own parameters (the styles call it in every forward:
-    after ``to_empty`` or ``load_state_dict(assign=True)`` the layouts are back by the first step)."""
+    """:func:`attach_layouts` for ``module``'s own parameters (before every forward too)."""
     follow_replaced(module)  # a partial gradient's bucket state, on the new parameter too
     for name, layout in getattr(module, "_tp_layouts", {}).items():
         param = module._parameters.get(name)
@@ -121,6 +81,12 @@ def attach_own_layouts(module: nn.Module) -> None:
             if is_split(layout) and param.requires_grad and not hasattr(param, "_tp_marks_grad"):
                 param.register_post_accumulate_grad_hook(_mark_grad)  # .grad is a piece too: get_total_norm's guard
                 param._tp_marks_grad = True
+
+
+def _attach_before_forward(module: nn.Module, args) -> None:
+    """Parameters replaced since the last forward (``to_empty``, ``load_state_dict(assign=True)``,
+    FSDP2) get their layouts back before the module runs."""
+    attach_own_layouts(module)
 
 
 def _apply_keeping_layouts(self: nn.Module, fn, recurse: bool = True):
@@ -213,10 +179,3 @@ def _live_state(model: nn.Module) -> dict[str, torch.Tensor]:
     Piece there, for DCP: ``.param`` is the parameter)."""
     return {name: value.param if isinstance(value, Piece) and value.param is not None else value
             for name, value in attach_layouts(model).state_dict(keep_vars=True).items()}
-
-
-def _is_torch_dtensor(value) -> bool:
-    """Is ``value`` a PyTorch DTensor (what FSDP2 makes of a parameter), not one of ours?"""
-    from torch.distributed.tensor import DTensor as TorchDTensor
-
-    return isinstance(value, TorchDTensor)

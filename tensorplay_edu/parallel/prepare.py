@@ -18,9 +18,9 @@ from ..debug import module_scope
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Placement, Replicate, Shard
-from ..async_tp.ring import is_async, ring_ok
 from .rng import follow_layout
-from .style import ParallelStyle, claim, fqn, ring_input, to_layout
+from .base import ParallelStyle, claim, fqn
+from .style import fused, to_layout
 
 __all__ = ["PrepareModuleInput", "PrepareModuleOutput", "PrepareModuleInputOutput"]
 
@@ -38,10 +38,10 @@ def _convert(x, layout, desired, mesh, use_local, module):
             if not isinstance(x, torch.Tensor):
                 raise AssertionError(f"expecting input to be a torch.Tensor! ('{fqn(module)}' got {type(x).__name__})")
             x = DTensor.from_local(x, mesh, [layout])
-        if isinstance(desired, Replicate) and isinstance(x.placements[0], Shard) and is_async(mesh):
-            readers = [m for m in module.modules() if getattr(m, "_tp_colwise", False)]
-            if readers and ring_ok(x, readers, mesh):  # async TP: the all-gather as a ring fused with the matmuls
-                return ring_input(x, mesh, readers, fqn(module))
+        if isinstance(desired, Replicate) and isinstance(x.placements[0], Shard):
+            stand_in = fused("gather", module, x, mesh)  # (a fusion gathers it with its readers' matmuls)
+            if stand_in is not None:
+                return stand_in
         if desired is not None:
             x = to_layout(x, desired)
     return x.to_local() if use_local else x

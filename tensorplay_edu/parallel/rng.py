@@ -1,47 +1,33 @@
-"""Random numbers follow the tensor: a stream of its own per rank for a sharded tensor, one
-shared stream for a replicated one.
+"""Random numbers follow the tensor's layout: a stream of its own per rank for a sharded tensor,
+one shared stream for a replicated one.
 
-A dropout mask must match what it masks.  A **replicated** tensor (the residual stream of the
-vanilla plan, anything after an all-reduce) is the same on every rank, so its mask must be the
-*same* on every rank, or the replicas drift apart.  A **sharded** tensor (this rank's heads or
-hidden units after a Colwise Linear, this rank's tokens under sequence parallelism) holds
-different elements on each rank, so each rank needs its *own* mask: one mask shared by all
-would drop the same positions of every shard.  (Megatron-LM forks into a second, per-rank
-generator by hand around such code; PyTorch's DTensor decides per random op from placements.)
+A dropout mask must match what it masks.  A **replicated** tensor (the residual stream, anything
+after an all-reduce) is the same on every rank, so its mask must be the same on every rank, or the
+replicas drift apart.  A **sharded** tensor (this rank's heads after a Colwise Linear, this rank's
+tokens under sequence parallelism) holds different elements on each rank, so each rank draws its
+own mask.  The styles' hooks know each layout they hand to your code, and leave two traces:
 
-Here the styles' hooks know each layout they hand to your code, and leave two traces:
+* **a mark** on the tensor's autograd node (``grad_fn.metadata["tp_rank"]``: this rank's TP index
+  if sharded, -1 if replicated; ``tensor._tp_rank`` on a leaf; the model's inputs are replicated).
+  A random op (``F.dropout`` and its kin, ``F.scaled_dot_product_attention``'s ``dropout_p``,
+  wrapped on import) walks its input's graph back to the nearest marks: any sharded one makes it
+  draw this rank's stream, else the shared one, wherever the op is written;
+* **the default stream**: each hook moves the device's default generator to the stream its layout
+  needs, and the model's return moves it back to the shared one.  It serves where no graph is
+  recorded (``torch.no_grad()``, ``torch.compile``'s traced code, inputs that need no gradient).
 
-* **a mark**: the tensor's autograd node (``grad_fn.metadata["tp_rank"]``: this rank's TP
-  index if sharded, -1 if replicated; a leaf tensor carries it as ``tensor._tp_rank``).  The
-  model's inputs are marked replicated.  A random op (``F.dropout`` and its kin,
-  ``F.scaled_dot_product_attention``'s ``dropout_p``, wrapped on import) walks its input's
-  autograd graph back to the nearest marks: any sharded one makes its input sharded, else
-  replicated.  So ``skip = drop(x)`` written between a Colwise and a Rowwise Linear draws the
-  shared mask, ``drop(h)`` of the Colwise output this rank's, wherever they are written;
-* **the default stream**: each hook moves the default generator of the tensor's device to the
-  stream its layout needs (this rank's after a Shard output, the shared one after a Replicate
-  output and when a parallelized model returns).  It serves where no graph is recorded
-  (``torch.no_grad()``, ``torch.compile``'s traced code, a tensor computed from inputs that
-  need no gradient): a replicated ``drop(x * 2)`` of such an input, written between a Colwise
-  and a Rowwise Linear, would draw this rank's mask; drop it before the Colwise call instead.
-  For the same reason use ``torch.utils.checkpoint(..., use_reentrant=False)`` (PyTorch's and
-  HF's default) around such code: the reentrant variant runs its forward under ``no_grad``
-  and its recomputation with a graph, so the two could choose different streams.
+The limit: without a graph only the default stream decides, so a replicated ``drop(x * 2)`` of such
+an input, written between a Colwise and a Rowwise Linear, draws this rank's mask (drop it before
+the Colwise call instead); for the same reason use ``torch.utils.checkpoint(...,
+use_reentrant=False)`` around such code.
 
-The switch: **shared -> this rank's**: the region's number ``s`` is the shared stream's seed one
-odd ``STEP`` further (mod 2^32), the same on every rank; this rank's stream is seeded
-``s + (rank + 1) * MIX``.  **This rank's -> shared**: seed ``s``, so the next region counts on
-from it.  The regions' numbers run through all 2^32 values before one comes back, and a
-(region, rank) stream is first drawn again after 1.9 million regions at 1024 ranks, 40 million
-at 64, 154 million at 8.  Which stream runs is read from the generator's own seed (a per-rank
-seed carries a tag in its top 16 bits).
-
-So masks change from step to step; a fixed ``torch.manual_seed`` on every rank reproduces a
-run; ``torch.utils.checkpoint`` (non-reentrant) restores generator states and replays the same
-walks, so a recomputed block draws the same masks; the ranks' masks together are a mask of the
-single-device model (independent Bernoulli draws), not the one one process would draw.  Eval
-mode draws nothing.  Seeding a generator cannot be traced: a compiled training step with a
-switch runs in a few more graphs.
+Switching streams reseeds the generator: this rank's stream of a region is the shared seed one
+step on, mixed with the rank, and the shared stream counts on from the region's seed.  A (region,
+rank) stream is first drawn again after 1.9 million regions at 1024 ranks, 40 million at 64, 154
+million at 8.  A fixed ``torch.manual_seed`` on every rank reproduces a run, and a non-reentrant
+checkpoint redraws the same masks.  The ranks' masks together are a mask of the single-device
+model, not the one one process would draw.  Eval mode draws nothing; a compiled step with a switch
+runs in a few more graphs (seeding cannot be traced).
 """
 
 from __future__ import annotations

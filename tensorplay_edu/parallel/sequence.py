@@ -1,5 +1,8 @@
 """SequenceParallel: run a per-token module (LayerNorm, RMSNorm, Dropout) on this rank's
 slice of the sequence.  No communication in forward; in backward only the parameters'.
+Sequence parallelism's all-gather and reduce-scatter are its neighbours': the next block's
+PrepareModuleInput(input_layouts=Shard(1)) gathers (Shard -> Replicate), and the Rowwise
+layer before it reduce-scatters (output_layouts=Shard(1): Partial -> Shard), transition.py.
 
 Parameters stay whole (replicated, broadcast from ``src_data_rank``; ``None`` keeps each
 rank's own).  Each rank sees only its tokens, so a parameter's gradient is a partial sum
@@ -29,7 +32,8 @@ from ..placement import Replicate, Shard
 from .grad_sync import hooked, partial_gradient
 from .params import attach_own_layouts, buffers_to_mesh, distribute_param
 from .rng import follow_layout
-from .style import ParallelStyle, claim, fqn, to_layout
+from .base import ParallelStyle, claim, fqn
+from .style import to_layout
 
 __all__ = ["SequenceParallel"]
 

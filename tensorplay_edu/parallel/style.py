@@ -14,17 +14,13 @@ Colwise, input Shard(s) (seq. par.)    all-gather          reduce-scatter
 Rowwise, output Shard(s) (seq. par.)   reduce-scatter      all-gather
 =====================================  ==================  ================================
 
-A ``Float8Linear`` under these (high-precision) styles computes what torchao computes under
-PyTorch's plain styles, rather than an error: the amax of every tensor the style cuts (the
-weight shard; a Rowwise input; a Colwise output gradient) is taken over the TP group, the
-row-split matmul runs in float8 too, and every collective moves high precision.  Only the
-float8 styles (:mod:`tensorplay_edu.float8.float8_tensor_parallel`) move activations in float8.
-torchtitan's rowwise float8 recipes put Float8Linears under these styles, so that must work.
+Megatron-LM's f and g are two of these rows: f is :func:`megatron_f` (a replicated input read
+with its gradient declared Partial), g is the Rowwise output's Partial -> Replicate move.
+A fusion (``FUSIONS`` below) may run a gather or a reduce-scatter together with its matmuls.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import types
 
@@ -36,67 +32,15 @@ from ..debug import current_module, module_scope
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
 from ..placement import Partial, Placement, Replicate, Shard, chunk_offset, chunk_sizes
-from ..async_tp.ring import MatmulReduceScatter, RingInput, is_async, ring_ok, ring_ok_rows
-from ..async_tp.ring import logger as async_logger
+from .base import ParallelStyle, claim, fqn, one_placement
 from .grad_sync import partial_gradient
 from .init import install_reset_parameters
-from .own_forward import overrides_forward, partial_gradients_of_extras, partial_own_forward, vocab_parallel_embedding
-from .params import attach_own_layouts, buffers_to_mesh, distribute_param
+from .own_forward import (overrides_forward, partial_gradients_of_extras, partial_own_forward, refuse_whole_row_options,
+                          vocab_parallel_embedding)
+from .params import buffers_to_mesh, distribute_param
 from .rng import follow_layout
 
-__all__ = ["ParallelStyle", "ColwiseParallel", "RowwiseParallel"]
-
-
-class ParallelStyle:
-    """A way to parallelize one module: subclasses implement ``_apply(module, device_mesh)``.
-
-    ``claims`` names what a style takes over on a module: ``"shard"`` (its parameters and
-    forward), ``"input"`` or ``"output"`` (a hook converting them).  Each may be taken once:
-    a second style claiming the same thing would shard twice or convert twice.
-    ``_validate`` raises, without changing anything, the errors ``_apply`` would raise, so
-    that ``parallelize_module`` can check a whole plan before it shards anything.
-    """
-
-    src_data_rank: int | None = 0
-    claims: tuple[str, ...] = ()
-
-    def _validate(self, module: nn.Module) -> None:
-        for claim in self.claims:
-            taken = getattr(module, "_tp_claims", {}).get(claim)
-            if taken:
-                raise RuntimeError(_TWICE[claim].format(style=type(self).__name__, path=fqn(module), by=taken))
-
-    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
-        raise NotImplementedError
-
-    def param_placements(self, module: nn.Module) -> dict[tuple[nn.Module, str], Placement] | None:
-        """Where ``_apply`` will put each parameter it shards, ``{(owner, name): placement}``
-        (``{}``: it shards none; ``None``: unknown).  parallelize_module checks tied weights with it."""
-        return None
-
-
-_TWICE = {
-    "shard": "distribute_module should only be called once on a module, but it has already been called on this "
-             "module! ({style} on '{path}', already parallelized by {by})",
-    "input": "{style} on '{path}': its inputs are already converted by {by}; a second input hook would convert "
-             "them twice (e.g. gather twice). Use one PrepareModuleInput per module.",
-    "output": "{style} on '{path}': its outputs are already converted by {by}; a second output hook would convert "
-              "them twice. Use one PrepareModuleOutput per module.",
-}
-
-
-def fqn(module: nn.Module) -> str:
-    """The module's path as parallelize_module saw it (its class name otherwise)."""
-    return getattr(module, "_tp_fqn", "") or type(module).__name__
-
-
-def claim(style: ParallelStyle, module: nn.Module) -> None:
-    """Check that ``style`` may be applied to ``module``, then record what it takes over."""
-    style._validate(module)
-    if not hasattr(module, "_tp_claims"):
-        module._tp_claims = {}
-    for what in style.claims:
-        module._tp_claims[what] = type(style).__name__
+__all__ = ["ParallelStyle", "ColwiseParallel", "RowwiseParallel", "megatron_f", "FUSIONS", "FusedInput"]
 
 
 def input_as_dtensor(x, mesh: DeviceMesh, layout: Placement, shape=None) -> DTensor:
@@ -128,12 +72,7 @@ def _shape_with(local: torch.Tensor, dim: int, size: int) -> list[int]:
 class _LinearOrEmbedding(ParallelStyle):
     def __init__(self, *, input_layouts: Placement | None = None, output_layouts: Placement | None = None,
                  use_local_output: bool = True):
-        for arg, value in (("input_layouts", input_layouts), ("output_layouts", output_layouts)):
-            if value is not None and not isinstance(value, Placement):  # caught here, not at the first forward
-                kind = f"a {type(value).__name__} of {len(value)}" if isinstance(value, (tuple, list)) else \
-                    f"{value!r}, a {type(value).__name__}"
-                raise TypeError(f"{type(self).__name__}({arg}=...) takes one Placement (the layout on the 1-D TP "
-                                f"mesh), got {kind}: e.g. {arg}=Shard(-1) or {arg}=Replicate()")
+        one_placement(self, input_layouts=input_layouts, output_layouts=output_layouts)
         self.input_layouts = (input_layouts or self.default_input,)
         self.output_layouts = (output_layouts or self.default_output,)
         self.use_local_output = use_local_output
@@ -149,12 +88,8 @@ class _LinearOrEmbedding(ParallelStyle):
             raise NotImplementedError(
                 f"{type(self).__name__} currently only support nn.Linear and nn.Embedding! "
                 f"'{fqn(module)}' is a {type(module).__name__}; give it another style or leave it out of the plan")
-        cut = [o for o in ("max_norm",) + (("scale_grad_by_freq",) if isinstance(self, RowwiseParallel) else ())
-               if isinstance(module, nn.Embedding) and getattr(module, o)]
-        if cut:  # each rank would renormalise its part of a row / count other ranks' ids as row 0's
-            raise NotImplementedError(f"{type(self).__name__} on '{fqn(module)}': nn.Embedding({cut[0]}=...) reads "
-                                      "whole rows or every id, which this rank's piece does not hold; leave the "
-                                      "embedding whole (out of the plan), or drop the option")
+        if isinstance(module, nn.Embedding):
+            refuse_whole_row_options(self, module, fqn(module), rowwise=isinstance(self, RowwiseParallel))
         super()._validate(module)
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
@@ -209,29 +144,22 @@ class ColwiseParallel(_LinearOrEmbedding):
             distribute_param(module, name, placement, mesh, self.src_data_rank)
         if _own_forward(module):
             partial_gradients_of_extras(module, mesh, fqn(module))  # they read this rank's output features only
-        if isinstance(module, nn.Linear):  # a reader of a (maybe ring-gathered, see async_tp/ring.py) input
+        if isinstance(module, nn.Linear):  # it may read a FusedInput (see FUSIONS)
             module._tp_colwise = True
             module.forward = types.MethodType(_colwise_linear, module)
-        if hasattr(module, "float8_spec"):  # a Float8Linear: its weight rows and output columns are cut, so their
-            cut = (mesh, (0,))  # amaxes are taken over the TP group (communication stays in high precision)
-            module.float8_spec = dataclasses.replace(module.float8_spec, weight_cut=cut, grad_cut=cut)
 
     def _prepare_input(self, module, inputs, mesh):
-        attach_own_layouts(module)  # no-op unless the parameters were replaced (to_empty, assign=True)
         x = inputs[0]
-        if isinstance(x, RingInput):  # its all-gather runs fused with its readers' matmuls
+        if isinstance(x, FusedInput):  # gathered together with its readers' matmuls (see FUSIONS)
             return inputs
         if not (isinstance(x, DTensor) and x.placements == _REPLICATED):  # else whole already: nothing moves
             with module_scope(fqn(module)):
                 x = input_as_dtensor(x, mesh, self.input_layouts[0], self._input_shape(module, x, mesh))
-                if isinstance(module, nn.Linear) and isinstance(x.placements[0], Shard) and ring_ok(x, [module], mesh):
-                    return (ring_input(x, mesh, [module], fqn(module)),)  # async TP: gather fused with the matmul
-                x = to_layout(x, Replicate())  # [.., in]
-        # x @ W_local^T: each rank's input gradient is an addend (Partial), so reading x is Megatron's f.
-        # Readers of ONE DTensor share one f: hand wq/wk/wv the same DTensor (PrepareModuleInput on their
-        # parent, use_local_output=False) and their gradients are summed before a single all-reduce.
-        grad = _PARTIAL if isinstance(module, nn.Linear) else None
-        return (x.to_local(grad_placements=grad),)
+                if isinstance(x.placements[0], Shard) and (stand_in := fused("gather", module, x, mesh)) is not None:
+                    return (stand_in,)  # (a fusion gathers it with the matmul)
+                x = to_layout(x, Replicate())  # [.., in]; from Shard(s): all-gather (its backward: reduce-scatter)
+        # x @ W_local^T: each rank's input gradient is an addend, so reading x is Megatron's f.
+        return (megatron_f(x) if isinstance(module, nn.Linear) else x.to_local(),)
 
     def _prepare_output(self, module, out, mesh, inputs=None):  # out: [.., out/t]
         layout = self.output_layouts[0]
@@ -267,9 +195,6 @@ class RowwiseParallel(_LinearOrEmbedding):
             if module.bias is not None and self.output_layouts[0] != Replicate() and not _own_forward(module):
                 partial_gradient(module, "bias", mesh, f"{fqn(module)}.bias")  # each rank sums its own rows
             module.forward = functools.partial(_partial_linear, module, mesh, self.output_layouts[0])
-            if hasattr(module, "float8_spec"):  # a Float8Linear: input columns and weight columns are cut, so their
-                cut = (mesh, (0,))  # amaxes are taken over the TP group; the partial sum is reduced in high precision
-                module.float8_spec = dataclasses.replace(module.float8_spec, input_cut=cut, weight_cut=cut)
         else:
             module.forward = types.MethodType(vocab_parallel_embedding, module)
 
@@ -279,7 +204,6 @@ class RowwiseParallel(_LinearOrEmbedding):
         return Shard(-1) if isinstance(module, nn.Linear) else Replicate()
 
     def _prepare_input(self, module, inputs, mesh):
-        attach_own_layouts(module)  # no-op unless the parameters were replaced (to_empty, assign=True)
         x, layout = inputs[0], self.input_layouts[0]
         if (isinstance(module, nn.Linear) and isinstance(x, torch.Tensor) and x.ndim
                 and (layout.is_shard(-1) or layout.is_shard(x.ndim - 1)) and x.shape[-1] == module.weight.shape[1]):
@@ -289,7 +213,7 @@ class RowwiseParallel(_LinearOrEmbedding):
                           self.desired_input_layout(module))
         return (x.to_local(),)
 
-    def _prepare_output(self, module, out, mesh, inputs=None):  # out: [.., out], this rank's addend (or reduced: async)
+    def _prepare_output(self, module, out, mesh, inputs=None):  # out: [.., out], this rank's addend (or reduced by a fusion)
         dt = out if isinstance(out, DTensor) else DTensor.from_local(out, mesh, [Partial()])
         bias = getattr(module, "bias", None) if isinstance(module, nn.Linear) else None
         if bias is None or _own_forward(module):  # (a subclass's forward took its bias in, on rank 0)
@@ -297,8 +221,8 @@ class RowwiseParallel(_LinearOrEmbedding):
         if self.output_layouts[0] != Replicate():  # no-op unless the bias was replaced since
             partial_gradient(module, "bias", mesh, f"{fqn(module)}.bias")
         with module_scope(fqn(module)):
-            dt = to_layout(dt, self.output_layouts[0])  # g: all-reduce, or reduce-scatter
-        return self._add_bias(dt, bias, mesh)
+            dt = to_layout(dt, self.output_layouts[0])  # Megatron's g: Partial -> Replicate, an all-reduce
+        return self._add_bias(dt, bias, mesh)  # (or Partial -> Shard(1), a reduce-scatter, under SP)
 
     def _add_bias(self, dt: DTensor, bias: torch.Tensor, mesh) -> DTensor | torch.Tensor:
         """The reduced output plus the (replicated) bias, added once."""
@@ -315,38 +239,62 @@ class RowwiseParallel(_LinearOrEmbedding):
 def _partial_linear(self: nn.Linear, mesh: DeviceMesh, output: Placement, x: torch.Tensor):
     """Rowwise Linear forward: ``x_local @ W_local^T``, a partial sum; the bias comes later.
 
-    Under async TP with a sharded output the matmul and its reduce-scatter run as one ring
-    (async_tp/ring.py) and come back reduced, as a DTensor.  A Float8Linear runs its float8 matmul
-    (the reduction that follows stays in high precision, and synchronous)."""
-    if hasattr(self, "float8_spec"):
-        if isinstance(output, Shard) and is_async(mesh):
-            async_logger.info("async TP: %s runs the synchronous reduce-scatter: a Float8Linear under the "
-                              "high-precision RowwiseParallel (its float8 matmul runs in its own forward)", fqn(self))
-        return self.partial_forward(x)
-    if isinstance(output, Shard) and ring_ok_rows(output.normalized(x.ndim).dim, x.shape, mesh, fqn(self), self):
+    A module with a ``partial_forward`` (its own product without the bias) runs that; one with a
+    forward of its own runs it on this rank's columns (own_forward.py).  A fusion may run the
+    matmul together with its reduce-scatter, and hand back the reduced DTensor."""
+    if isinstance(output, Shard):
         dim = output.normalized(x.ndim).dim
         with module_scope(fqn(self)):
-            local = MatmulReduceScatter.apply(x, self.weight, mesh, dim)  # [.., s/t, out]
-        return DTensor.from_local(local, mesh, [Shard(dim)], shape=[*x.shape[:-1], self.weight.shape[0]])
+            local = fused("matmul_reduce_scatter", self, x, mesh, dim)  # [.., s/t, out], reduced
+        if local is not None:
+            return DTensor.from_local(local, mesh, [Shard(dim)], shape=[*x.shape[:-1], self.weight.shape[0]])
+    if hasattr(self, "partial_forward"):
+        return self.partial_forward(x)
     if _own_forward(self):
         return partial_own_forward(self, mesh, x)  # a subclass's forward on this rank's columns
     return F.linear(x, self.weight)  # [.., in/t] @ [out, in/t]^T -> [.., out]
 
 
 def _own_forward(module: nn.Module) -> bool:
-    """A Linear or Embedding subclass with a forward of its own (a Float8Linear has its partial_forward)."""
+    """A Linear or Embedding subclass with a forward of its own (and no ``partial_forward``)."""
     base = nn.Linear if isinstance(module, nn.Linear) else nn.Embedding
-    return overrides_forward(module, base) and not hasattr(module, "float8_spec")
+    return overrides_forward(module, base) and not hasattr(module, "partial_forward")
+
+
+def megatron_f(x: DTensor) -> torch.Tensor:
+    """Megatron's f: forward, the replicated input itself; backward, the readers' gradients (each rank's
+    addend) all-reduced: the table's Partial -> Replicate row.  Readers of ONE DTensor share one f
+    (wq/wk/wv under PrepareModuleInput(use_local_output=False)): one all-reduce for their sum."""
+    return x.to_local(grad_placements=_PARTIAL)
+
+
+# ---- plug-in points: a collective fused with its matmuls -------------------------------------
+# A fusion runs a row of the table together with the matmuls beside it (the overlapped rings
+# register one).  It changes how the row runs, never what it computes; each of its methods returns
+# None where it does not apply, and the plain code runs:
+#   gather(module, x, mesh)                      x: a sharded DTensor read by module's Colwise Linears:
+#                                                a FusedInput instead of the gathered tensor
+#   matmul_reduce_scatter(module, x, mesh, dim)  a Rowwise Linear's product, reduced onto Shard(dim)
+FUSIONS: list = []
+
+
+class FusedInput:
+    """A stand-in for a gathered input: its gather runs with its readers' matmuls, and each
+    Colwise Linear that reads it asks it for its output."""
+
+    def output_for(self, module: nn.Linear) -> torch.Tensor:
+        raise NotImplementedError
 
 
 def _colwise_linear(self: nn.Linear, x) -> torch.Tensor:
-    """A Colwise Linear's forward: its own, or its output from a ring-fused all-gather (async TP)."""
-    if isinstance(x, RingInput):
-        return x.output_for(self)
-    return type(self).forward(self, x)
+    """A Colwise Linear's forward: its own, or its output from a FusedInput."""
+    return x.output_for(self) if isinstance(x, FusedInput) else type(self).forward(self, x)
 
 
-def ring_input(x: DTensor, mesh: DeviceMesh, readers: list, owner: str) -> RingInput:
-    """A sequence-sharded DTensor, to be gathered by a ring fused with ``readers``' matmuls."""
-    dim = x.placements[0].dim
-    return RingInput(x.to_local(), mesh, dim, chunk_sizes(x.shape[dim], mesh.size()), readers, owner)
+def fused(step: str, *args):
+    """The first registered fusion's result for ``step``, or None (then the plain code runs)."""
+    for fusion in FUSIONS:
+        out = getattr(fusion, step)(*args)
+        if out is not None:
+            return out
+    return None

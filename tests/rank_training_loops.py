@@ -1,26 +1,20 @@
-"""Rank code for ordinary training-loop habits: inference mode, dropout masks per rank or
-shared, activation checkpointing of a region with dropout.  (DDP, torch.compile and
-checkpointing of whole plans go through rank_parallel.train_compare.)"""
+"""Rank code for tests/test_training_loops.py, ordinary training-loop habits: inference mode,
+dropout masks per rank or shared, activation checkpointing of a region with dropout, FSDP2 over
+mesh["dp"].  (DDP, torch.compile and checkpointing of whole plans go through rank_parallel.train_compare.)"""
 
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from rank_checks import chunk
+from checks import Checker, chunk, gather_all
 from tensorplay_edu import DTensor, init_device_mesh
 from tensorplay_edu.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
-
-
-def _gather(x: torch.Tensor) -> list[torch.Tensor]:
-    """Every rank's tensor (same shape), for comparing ranks (test bookkeeping)."""
-    out = [torch.empty_like(x) for _ in range(dist.get_world_size())]
-    dist.all_gather(out, x.contiguous())
-    return out
 
 
 def inference(plan: str) -> tuple[list[str], int]:
@@ -28,7 +22,7 @@ def inference(plan: str) -> tuple[list[str], int]:
     from tensorplay_edu.models import ModelArgs, Transformer, parallelize_llama
 
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    fails, n = [], 0
+    check = Checker()
     torch.manual_seed(0)
     ref = Transformer(ModelArgs(dim=48, n_layers=2, n_heads=12, vocab_size=50, max_seq_len=24)).double()
     model = parallelize_llama(copy.deepcopy(ref), mesh, plan)
@@ -43,39 +37,31 @@ def inference(plan: str) -> tuple[list[str], int]:
             want = ref(tokens)
             y, y_ref = mlp(x), mlp_ref(x)
         for what, got, exp in ((f"{plan} logits", logits, want), ("MLP", y, y_ref)):
-            n += 1
-            if not torch.allclose(got, exp, rtol=1e-10, atol=1e-12):
-                fails.append(f"{label} {what}: differs by {(got - exp).abs().max():.2e}")
-    return fails, n
+            check(f"{label} {what}: differs by {(got - exp).abs().max():.2e}",
+                  torch.allclose(got, exp, rtol=1e-10, atol=1e-12))
+    return check.result()
 
 
 def dropout_masks() -> tuple[list[str], int]:
     """Sequence-parallel dropout: a mask of its own on each rank; replicated dropout: one mask."""
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     t = mesh.size()
-    fails, n = [], 0
-
-    def check(what, ok):
-        nonlocal n
-        n += 1
-        if not ok:
-            fails.append(what)
-
+    check = Checker()
     torch.manual_seed(11)  # the same default stream on every rank
     sp = parallelize_module(nn.Dropout(0.5), mesh, SequenceParallel(use_local_output=True))
     ones = torch.ones(2, 8, 64, dtype=torch.float64)  # [b, s/t, h]: this rank's tokens
-    masks = _gather(sp(ones) != 0)
+    masks = gather_all(sp(ones) != 0)
     kept = float(masks[0].double().mean())
     check(f"SP dropout keeps about half: {kept:.3f}", 0.4 < kept < 0.6)
     for r in range(1, t):
         check(f"SP dropout: rank {r}'s mask equals rank 0's", not torch.equal(masks[r], masks[0]))
-    states = _gather(torch.get_rng_state())
+    states = gather_all(torch.get_rng_state())
     check("the default generator stays in step on every rank", all(torch.equal(s, states[0]) for s in states))
     # replicated region: activations after an all-reduce, a plain Dropout: the same mask everywhere
     torch.manual_seed(12)
     net = parallelize_module(nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 16), nn.Dropout(0.5)).double(), mesh,
                              {"0": ColwiseParallel(), "1": RowwiseParallel()})
-    out = _gather(net(torch.randn(4, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(3))))
+    out = gather_all(net(torch.randn(4, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(3))))
     check("replicated dropout: the same output on every rank", all(torch.equal(o, out[0]) for o in out))
     # eval mode, or no dropout inside: the default generator is not touched at all
     before = torch.get_rng_state()
@@ -84,7 +70,7 @@ def dropout_masks() -> tuple[list[str], int]:
     norm = parallelize_module(nn.LayerNorm(64).double(), mesh, SequenceParallel(use_local_output=True)).eval()
     norm(ones)  # (in training mode every sharded region reseeds the generator: rng.py)
     check("eval SP dropout and SP LayerNorm draw no random numbers", torch.equal(torch.get_rng_state(), before))
-    return fails, n
+    return check.result()
 
 
 def checkpointed_dropout() -> tuple[list[str], int]:
@@ -153,13 +139,8 @@ def fsdp2_over_dp(plan: str, steps: int = 3, bucket: bool = False, micro: int = 
         bucket_partial_grads(model, opt)
     tokens = torch.randint(0, 40, (2 * dp, 8), generator=torch.Generator().manual_seed(1))
     mine = chunk(tokens, 0, dp, mesh.get_local_rank("dp"))
-    fails, n = [], 0
-
-    def check(what, got, want):
-        nonlocal n
-        n += 1
-        if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-9, atol=1e-11):
-            fails.append(f"FSDP2 {plan} bucket={bucket} micro={micro} keep_unsharded={keep_unsharded}: {what}")
+    check = Checker(f"FSDP2 {plan} bucket={bucket} micro={micro} keep_unsharded={keep_unsharded}")
+    close = functools.partial(check.close, rtol=1e-9, atol=1e-11)
 
     for step in range(steps):
         for i in range(micro):
@@ -176,18 +157,17 @@ def fsdp2_over_dp(plan: str, steps: int = 3, bucket: bool = False, micro: int = 
             ref_loss.backward()
             mean = loss.detach().clone()
             dist.all_reduce(mean, group=mesh.get_group("dp"))  # test bookkeeping
-            check(f"step {step} micro {i} loss", mean / dp, ref_loss.detach())
+            close(f"step {step} micro {i} loss", mean / dp, ref_loss.detach())
         if keep_unsharded:  # the case exercised: the module holds the unsharded parameter now
-            n += 1
-            if model.norm._parameters["weight"] is dict(named)["norm.weight"]:
-                fails.append("FSDP2 keep_unsharded: the module holds its sharded parameter after backward")
-        check(f"step {step} gradient norm", clip_grad_norm_([p for _, p in named], 0.5),
+            check("the module holds its sharded parameter after backward",
+                  model.norm._parameters["weight"] is not dict(named)["norm.weight"])
+        close(f"step {step} gradient norm", clip_grad_norm_([p for _, p in named], 0.5),
               torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5))
         for (name, p), q in zip(named, ref.parameters()):
             grad = p.grad.full_tensor()  # FSDP2's gather over dp ...
             if param_layout(p) is not None:
                 grad = as_dtensor(p, grad).full_tensor()  # ... then ours over tp
-            check(f"step {step} grad {name}", grad, q.grad)
+            close(f"step {step} grad {name}", grad, q.grad)
         for o in (opt, opt_ref):
             o.step()
             o.zero_grad()
@@ -195,11 +175,9 @@ def fsdp2_over_dp(plan: str, steps: int = 3, bucket: bool = False, micro: int = 
             module.reshard()  # the next forward gathers the stepped weights
     state = full_state_dict(model)
     for name, value in ref.state_dict().items():
-        check(f"weights {name} after {steps} steps", state[name], value)
+        close(f"weights {name} after {steps} steps", state[name], value)
     load_full_state_dict(model, {k: torch.zeros_like(v) for k, v in state.items()})
     load_full_state_dict(model, state)
     again = full_state_dict(model)
-    n += 1
-    if any(not torch.equal(again[k], state[k]) for k in state):
-        fails.append(f"FSDP2 {plan}: full_state_dict -> load_full_state_dict round trip")
-    return fails, n
+    check("full_state_dict -> load_full_state_dict round trip", all(torch.equal(again[k], state[k]) for k in state))
+    return check.result()

@@ -1,4 +1,4 @@
-"""Code that runs inside the launched ranks (kept free of pytest so ranks start light).
+"""Rank code for tests/test_transitions.py (kept free of pytest so ranks start light).
 
 Every check compares against single-process math: all ranks build the same global
 tensors from fixed seeds, so each rank knows what its piece and its gradient must be.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from checks import chunk, gather_all
 from tensorplay_edu import CommDebugMode, DTensor, Partial, Replicate, Shard, init_device_mesh
 
 # What the table must issue, written out independently of tensorplay_edu.transition.TABLE.
@@ -26,16 +27,6 @@ TOL = {torch.float32: dict(rtol=1.3e-6, atol=1e-5), torch.float64: dict(rtol=1e-
 
 def kind(p) -> str:
     return {Shard: "S", Replicate: "R", Partial: "P"}[type(p)]
-
-
-def chunk(x: torch.Tensor, dim: int, t: int, r: int) -> torch.Tensor:
-    """Rank r's piece, by torch.chunk itself (the spec the package must follow)."""
-    pieces = torch.chunk(x, t, dim=dim)
-    if r < len(pieces):
-        return pieces[r]
-    shape = list(x.shape)
-    shape[dim] = 0
-    return x.new_empty(shape)
 
 
 def layout(x: torch.Tensor, p, t: int, r: int, addends=None) -> torch.Tensor:
@@ -85,7 +76,7 @@ def check_transition(mesh, shape, src, dst, dtype, partial_grad: bool, seed: int
         out = dt.redistribute(mesh, [dst])
     if isinstance(dst, Partial):  # check the sum, not one rank's addend
         got = out.to_local(grad_placements=[Partial()] if partial_grad else None)
-        total = torch.stack([torch.as_tensor(v) for v in _gather_all(got.detach())]).sum(0)
+        total = torch.stack([torch.as_tensor(v) for v in gather_all(got.detach())]).sum(0)
         if not torch.allclose(total, x, **TOL[dtype]):
             fails.append(f"{name}: sum of Partial pieces differs from the global tensor")
     else:
@@ -124,13 +115,6 @@ def check_transition(mesh, shape, src, dst, dtype, partial_grad: bool, seed: int
     if bwd.get_comm_counts("backward") != want_b or bwd.get_total_counts("forward"):
         fails.append(f"{name}: backward collectives {bwd.get_comm_counts('backward')} != {want_b}")
     return fails
-
-
-def _gather_all(x: torch.Tensor) -> list[torch.Tensor]:
-    """Test-side gather of equal-shape tensors (plain torch.distributed, not counted)."""
-    out = [torch.empty_like(x) for _ in range(dist.get_world_size())]
-    dist.all_gather(out, x.contiguous())
-    return out
 
 
 SHAPES = [(10, 7), (2, 5), (6, 4, 9), (8, 12), (3,), (0, 4)]

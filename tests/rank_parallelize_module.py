@@ -1,5 +1,5 @@
-"""Rank code for plans: collective counts of a training step, the seed's apply_tp,
-parallelize_module's matching and errors, state dicts."""
+"""Rank code for tests/test_parallelize_module.py, plans: collective counts of a training step, the
+seed's apply_tp, parallelize_module's matching and errors, state dicts."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rank_api import _raises
-from rank_checks import chunk
+from checks import chunk, raises
 from tensorplay_edu import CommDebugMode, Replicate, Shard, init_device_mesh
 from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
 from tensorplay_edu.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel,
@@ -94,19 +93,19 @@ def api_errors() -> tuple[list[str], int]:
     t = mesh.size()
     fails = []
     ln = nn.Sequential(nn.LayerNorm(4))
-    _raises(fails, "unsupported module", NotImplementedError,
+    raises(fails, "unsupported module", NotImplementedError,
             lambda: parallelize_module(ln, mesh, {"0": ColwiseParallel()}), "ColwiseParallel", "'0'", "LayerNorm")
     lin = nn.Sequential(nn.Linear(4, 4))
     parallelize_module(lin, mesh, {"0": ColwiseParallel()})
-    _raises(fails, "applied twice", RuntimeError, lambda: parallelize_module(lin, mesh, {"0": RowwiseParallel()}),
+    raises(fails, "applied twice", RuntimeError, lambda: parallelize_module(lin, mesh, {"0": RowwiseParallel()}),
             "only be called once", "'0'")
-    _raises(fails, "plan type", TypeError, lambda: parallelize_module(nn.Linear(2, 2), mesh, [ColwiseParallel()]),
+    raises(fails, "plan type", TypeError, lambda: parallelize_module(nn.Linear(2, 2), mesh, [ColwiseParallel()]),
             "parallelize_plan")
     model = Transformer(ModelArgs(dim=16, n_layers=2, n_heads=4, vocab_size=20))
-    _raises(fails, "typo in a plan key", ValueError,
+    raises(fails, "typo in a plan key", ValueError,
             lambda: parallelize_module(model, mesh, {"layers.*.atention.wq": ColwiseParallel()}),
             "layers.*.atention.wq", "layers.0.attention.wq")
-    _raises(fails, "no mesh", RuntimeError, lambda: parallelize_module(nn.Linear(2, 2), None, ColwiseParallel()),
+    raises(fails, "no mesh", RuntimeError, lambda: parallelize_module(nn.Linear(2, 2), None, ColwiseParallel()),
             "No device mesh")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -128,18 +127,18 @@ def api_errors() -> tuple[list[str], int]:
     pmi = nn.Linear(3, 3)
     parallelize_module(pmi, mesh, PrepareModuleInput(input_layouts=(Replicate(), Replicate()),
                                                      desired_input_layouts=(Replicate(), Replicate())))
-    _raises(fails, "PMI arity", ValueError, lambda: pmi(torch.randn(2, 3)), "input_layouts")
+    raises(fails, "PMI arity", ValueError, lambda: pmi(torch.randn(2, 3)), "input_layouts")
     # heads and sequence length must divide by the TP degree
     if t > 1:
-        _raises(fails, "heads", ValueError, lambda: parallelize_llama(
+        raises(fails, "heads", ValueError, lambda: parallelize_llama(
             Transformer(ModelArgs(dim=16, n_heads=t + 1 if (t + 1) % t else 2 * t + 1, vocab_size=20)), mesh),
             "n_heads", "TP degree")
         llama = parallelize_llama(Transformer(ModelArgs(dim=16, n_heads=4 * 3, vocab_size=20)), mesh, "full")
-        _raises(fails, "sequence length", ValueError, lambda: llama(torch.zeros(1, t * 2 + 1, dtype=torch.long)),
+        raises(fails, "sequence length", ValueError, lambda: llama(torch.zeros(1, t * 2 + 1, dtype=torch.long)),
                 "sequence length", str(t))
     emb = nn.Embedding(10, 4)
     parallelize_module(emb, mesh, RowwiseParallel(input_layouts=Replicate()))
-    _raises(fails, "token id out of range", RuntimeError, lambda: emb(torch.tensor([[3, 10]])), "out of range")
+    raises(fails, "token id out of range", RuntimeError, lambda: emb(torch.tensor([[3, 10]])), "out of range")
     return fails, 14
 
 

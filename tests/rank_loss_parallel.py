@@ -1,4 +1,5 @@
-"""Rank code for loss_parallel: against F.cross_entropy on the full logits, on 1-D and 2-D meshes."""
+"""Rank code for tests/test_loss_parallel.py (1-D meshes) and tests/test_loss_parallel_2d.py: loss_parallel
+against F.cross_entropy on the full logits."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from rank_api import _raises
-from rank_checks import chunk
+from checks import chunk, raises
 import tensorplay_edu.collectives as _collectives
 from tensorplay_edu import CommDebugMode, DTensor, Partial, Replicate, Shard, distribute_tensor, init_device_mesh
 from tensorplay_edu.parallel import loss_parallel
@@ -123,12 +123,12 @@ def log_softmax_paths() -> tuple[list[str], int]:
     # errors
     bad = DTensor.from_local(torch.randn(2, 13), mesh, [Shard(0)])
     with loss_parallel():
-        _raises(fails, "logits sharded on the batch dim", ValueError, lambda: F.cross_entropy(bad, torch.zeros(2 * t, dtype=torch.long)),
+        raises(fails, "logits sharded on the batch dim", ValueError, lambda: F.cross_entropy(bad, torch.zeros(2 * t, dtype=torch.long)),
                 "loss_parallel", "dimension 1")
-        _raises(fails, "target out of range", RuntimeError, lambda: F.cross_entropy(dt, torch.full((5,), 13)), "out of bounds")
-        _raises(fails, "soft targets", NotImplementedError, lambda: F.cross_entropy(dt, torch.rand(5, 13)), "class-index")
-        _raises(fails, "label_smoothing range", ValueError, lambda: F.cross_entropy(dt, target, label_smoothing=1.5), "label_smoothing")
-    _raises(fails, "outside the context", NotImplementedError, lambda: F.cross_entropy(dt, target), "cross_entropy", ".full_tensor()")
+        raises(fails, "target out of range", RuntimeError, lambda: F.cross_entropy(dt, torch.full((5,), 13)), "out of bounds")
+        raises(fails, "soft targets", NotImplementedError, lambda: F.cross_entropy(dt, torch.rand(5, 13)), "class-index")
+        raises(fails, "label_smoothing range", ValueError, lambda: F.cross_entropy(dt, target, label_smoothing=1.5), "label_smoothing")
+    raises(fails, "outside the context", NotImplementedError, lambda: F.cross_entropy(dt, target), "cross_entropy", ".full_tensor()")
     return fails, n + 5
 
 
@@ -417,21 +417,21 @@ def multi_dim_errors() -> tuple[list[str], int]:
     rep_t = distribute_tensor(target, mesh, [Replicate(), Replicate()])
     with loss_parallel():
         for reduction in ("sum", "none", "mean"):
-            _raises(fails, f"Partial on the non-TP dim ({reduction})", ValueError,
+            raises(fails, f"Partial on the non-TP dim ({reduction})", ValueError,
                     lambda: F.cross_entropy(partial, rep_t, reduction=reduction),
                     "loss_parallel() expects non-TP mesh dims to be Shard or Replicate, got P(sum) at dim 0.")
-        _raises(fails, "Partial non-TP dim, log_softmax", ValueError, lambda: F.log_softmax(partial, 1),
+        raises(fails, "Partial non-TP dim, log_softmax", ValueError, lambda: F.log_softmax(partial, 1),
                 "Shard or Replicate")
-        _raises(fails, "no mesh dim shards the classes", ValueError, lambda: F.cross_entropy(no_tp, rep_t),
+        raises(fails, "no mesh dim shards the classes", ValueError, lambda: F.cross_entropy(no_tp, rep_t),
                 "loss_parallel() requires exactly one mesh dim to shard tensor dimension 1, but got placements",
                 "with 0 such mesh dim(s).", "ColwiseParallel")
-        _raises(fails, "plain target on a dp-sharded mesh", ValueError,
+        raises(fails, "plain target on a dp-sharded mesh", ValueError,
                 lambda: F.cross_entropy(good, target, reduction="sum"), "requires a DTensor",
                 "[Shard(dim=0), Replicate()]")
-        _raises(fails, "DTensor target laid out wrongly", ValueError, lambda: F.cross_entropy(good, rep_t),
+        raises(fails, "DTensor target laid out wrongly", ValueError, lambda: F.cross_entropy(good, rep_t),
                 "(Replicate(), Replicate())", "(Shard(dim=0), Replicate())")
         short = distribute_tensor(target[:6], mesh, [Shard(0), Replicate()])
-        _raises(fails, "target of the wrong shape", ValueError, lambda: F.cross_entropy(good, short), "[6]", "[8]")
+        raises(fails, "target of the wrong shape", ValueError, lambda: F.cross_entropy(good, short), "[6]", "[8]")
     return fails, 8
 
 
@@ -453,7 +453,7 @@ def nested_contexts() -> tuple[list[str], int]:
         fails.append("nested: values")
     if any(f in _TORCH_FUNCTIONS for f in _HANDLERS):
         fails.append("nested: handlers left registered after the outer block")
-    _raises(fails, "after the outer block", NotImplementedError, lambda: F.cross_entropy(dt, target), "cross_entropy")
+    raises(fails, "after the outer block", NotImplementedError, lambda: F.cross_entropy(dt, target), "cross_entropy")
     sentinel = object()  # a handler someone else registered before: restored, not dropped
     register_torch_function(F.nll_loss, sentinel)
     try:

@@ -1,4 +1,4 @@
-"""Rank code for training from scratch: initialization equal to one device (the meta-device
+"""Rank code for tests/test_from_scratch.py, training from scratch: initialization equal to one device (the meta-device
 recipe, reset_parameters, torch.nn.init on pieces and DTensors) and tied weights."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rank_checks import chunk
+from checks import Checker, chunk, init_like_one_process
 from tensorplay_edu import DTensor, Replicate, Shard, distribute_tensor, init_device_mesh
 from tensorplay_edu.models import ModelArgs, Transformer, parallelize_llama
 from tensorplay_edu.parallel import ColwiseParallel, RowwiseParallel, full_state_dict, parallelize_module
@@ -20,23 +20,6 @@ from tensorplay_edu.parallel import ColwiseParallel, RowwiseParallel, full_state
 def _args(t: int) -> ModelArgs:
     """12 heads fit 1-4 ranks; vocabulary 50 and FFN hidden 128 are uneven at 3 and 4 ranks."""
     return ModelArgs(dim=48, n_layers=2, n_heads=12, n_kv_heads=6 if t != 4 else 4, vocab_size=50, max_seq_len=16)
-
-
-class Checker:
-    def __init__(self):
-        self.fails, self.n = [], 0
-
-    def __call__(self, what: str, ok: bool):
-        self.n += 1
-        if not ok:
-            self.fails.append(what)
-
-    def equal(self, what: str, got: torch.Tensor, want: torch.Tensor):
-        same = got.shape == want.shape and torch.equal(got, want)
-        self(f"{what}: max diff {(got - want).abs().max() if got.shape == want.shape else 'shape'}", same)
-
-    def result(self):
-        return self.fails, self.n
 
 
 def _meta_llama(args: ModelArgs, dtype, mesh, plan: str) -> Transformer:
@@ -53,18 +36,7 @@ def llama_init(plan: str, dtype_name: str) -> tuple[list[str], int]:
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     dtype, args, check = getattr(torch, dtype_name), _args(mesh.size()), Checker()
     model = _meta_llama(args, dtype, mesh, plan)
-    torch.manual_seed(1234)
-    model.init_weights()
-    after = torch.get_rng_state()
-    with torch.device("meta"):
-        ref = Transformer(args).to(dtype)
-    ref.to_empty(device="cpu")
-    torch.manual_seed(1234)
-    ref.init_weights()
-    check("the generator is where the single device's is", torch.equal(after, torch.get_rng_state()))
-    got = full_state_dict(model)
-    for name, want in ref.state_dict().items():
-        check.equal(f"{plan} {dtype_name} init {name}", got[name], want)
+    init_like_one_process(check, model, lambda: Transformer(args).to(dtype), f"{plan} {dtype_name} init ")
     wq = model.layers["0"].attention.wq.weight.detach()
     pieces = [torch.empty_like(wq) for _ in range(mesh.size())]
     dist.all_gather(pieces, wq)

@@ -1,42 +1,20 @@
-"""Rank code for the API tests: DTensor, distribute_tensor, DeviceMesh (see rank_checks)."""
+"""Rank code for tests/test_dtensor.py: DTensor, distribute_tensor."""
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from rank_checks import chunk
+from checks import Checker, chunk, raises
 from tensorplay_edu import CommDebugMode, DTensor, Partial, Replicate, Shard, distribute_tensor, init_device_mesh
 from tensorplay_edu.debug import module_scope
-
-
-def _raises(fails: list, label: str, exc, fn, *fragments) -> None:
-    """Record a failure unless ``fn()`` raises ``exc`` with every fragment in its message."""
-    try:
-        fn()
-    except exc as err:
-        missing = [f for f in fragments if f not in str(err)]
-        if missing:
-            fails.append(f"{label}: message lacks {missing}: {err}")
-        return
-    except Exception as err:  # noqa: BLE001
-        fails.append(f"{label}: raised {type(err).__name__} instead of {exc.__name__}: {err}")
-        return
-    fails.append(f"{label}: did not raise {exc.__name__}")
 
 
 def dtensor_api() -> tuple[list[str], int]:
     """from_local / distribute_tensor / full_tensor / loss-path ops / errors."""
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     t, r = mesh.size(), mesh.get_local_rank()
-    fails, checks = [], 0
-
-    def check(label, ok):
-        nonlocal checks
-        checks += 1
-        if not ok:
-            fails.append(label)
-
+    check = Checker()
     g = torch.Generator().manual_seed(3)
     own = torch.Generator().manual_seed(100 + r)  # per-rank data, for src_data_rank=None
     # distribute_tensor -> full_tensor is bit-exact, for every placement and source rank
@@ -78,13 +56,13 @@ def dtensor_api() -> tuple[list[str], int]:
     d = DTensor.from_local(chunk(ten, 0, t, r), mesh, [Shard(0)], shape=(10, 2))
     check("from_local uneven full_tensor", torch.equal(d.full_tensor(), ten))
     if t > 1:
-        _raises(fails, "from_local wrong shape", ValueError,
+        raises(check.fails, "from_local wrong shape", ValueError,
                 lambda: DTensor.from_local(torch.randn(1, 2), mesh, [Shard(0)], shape=(10 * t, 2)), "shape=")
-    _raises(fails, "from_local stride without shape", ValueError,
+    raises(check.fails, "from_local stride without shape", ValueError,
             lambda: DTensor.from_local(loc, mesh, [Replicate()], stride=(4, 1)), "shape")
-    _raises(fails, "placements length", ValueError, lambda: DTensor.from_local(loc, mesh, [Shard(0), Shard(1)]),
+    raises(check.fails, "placements length", ValueError, lambda: DTensor.from_local(loc, mesh, [Shard(0), Shard(1)]),
             "one placement per mesh dimension")
-    _raises(fails, "Shard dim out of range", ValueError, lambda: DTensor.from_local(loc, mesh, [Shard(2)]), "Shard(2)")
+    raises(check.fails, "Shard dim out of range", ValueError, lambda: DTensor.from_local(loc, mesh, [Shard(2)]), "Shard(2)")
     # run_check: replicas are made equal (rank 0's) and shapes are checked
     mine = torch.full((2, 2), float(dist.get_rank()), requires_grad=True)
     rc = DTensor.from_local(mine, mesh, [Replicate()], run_check=True)
@@ -93,12 +71,12 @@ def dtensor_api() -> tuple[list[str], int]:
     check("run_check keeps the gradient path", mine.grad is not None and torch.equal(mine.grad, torch.ones(2, 2)))
     if t > 1:
         # each rank infers an even global shape from its own piece; only run_check sees they disagree
-        _raises(fails, "run_check catches inconsistent local shapes", ValueError,
+        raises(check.fails, "run_check catches inconsistent local shapes", ValueError,
                 lambda: DTensor.from_local(torch.randn(3 if r == 0 else 2, 3), mesh, [Shard(0)], run_check=True),
                 "run_check")
     # non-leaf and placement errors of distribute_tensor
     leaf = torch.randn(4, requires_grad=True)
-    _raises(fails, "distribute non-leaf", RuntimeError, lambda: distribute_tensor(leaf * 2, mesh, [Replicate()]), "leaf")
+    raises(check.fails, "distribute non-leaf", RuntimeError, lambda: distribute_tensor(leaf * 2, mesh, [Replicate()]), "leaf")
     # Shard(-1) -> Shard(last) costs nothing
     s = torch.randn(2, 3, 4 * t)
     dneg = DTensor.from_local(chunk(s, 2, t, r), mesh, [Shard(-1)], shape=s.shape)
@@ -120,17 +98,17 @@ def dtensor_api() -> tuple[list[str], int]:
     (full * torch.arange(full.numel(), dtype=torch.float32).view_as(full)).sum().backward()
     want = chunk(torch.arange(6 * 5 * t, dtype=torch.float64).view(2, 3, 5 * t), 2, t, r)
     check("gradient through flatten + float + redistribute", lf.grad is not None and torch.equal(lf.grad, want))
-    _raises(fails, "view splitting the sharded dim", NotImplementedError, lambda: lt.view(-1), "view", "Shard")
+    raises(check.fails, "view splitting the sharded dim", NotImplementedError, lambda: lt.view(-1), "view", "Shard")
     # any other op is refused by name, with the placements and the way out
-    _raises(fails, "torch.matmul", NotImplementedError, lambda: torch.matmul(lt, lt), "matmul", "Shard(dim=2)", ".to_local()")
-    _raises(fails, "operator +", NotImplementedError, lambda: lt + 1, "__add__", ".full_tensor()")
-    _raises(fails, "method sum", NotImplementedError, lambda: lt.sum(), "sum", "Shard(dim=2)")
-    _raises(fails, "F.softmax", NotImplementedError, lambda: torch.nn.functional.softmax(lt, -1), "softmax")
+    raises(check.fails, "torch.matmul", NotImplementedError, lambda: torch.matmul(lt, lt), "matmul", "Shard(dim=2)", ".to_local()")
+    raises(check.fails, "operator +", NotImplementedError, lambda: lt + 1, "__add__", ".full_tensor()")
+    raises(check.fails, "method sum", NotImplementedError, lambda: lt.sum(), "sum", "Shard(dim=2)")
+    raises(check.fails, "F.softmax", NotImplementedError, lambda: torch.nn.functional.softmax(lt, -1), "softmax")
     # readers must agree on the gradient's placement; Partial cannot stand for Shard
     rep = DTensor.from_local(torch.randn(3, requires_grad=True), mesh, [Replicate()])
     rep.to_local(grad_placements=[Partial()])
-    _raises(fails, "conflicting grad placements", RuntimeError, lambda: rep.to_local(), "grad_placements")
-    _raises(fails, "Partial grad of a shard", ValueError, lambda: lt.to_local(grad_placements=[Partial()]), "grad_placements")
+    raises(check.fails, "conflicting grad placements", RuntimeError, lambda: rep.to_local(), "grad_placements")
+    raises(check.fails, "Partial grad of a shard", ValueError, lambda: lt.to_local(grad_placements=[Partial()]), "grad_placements")
     # from_local makes no autograd node while its readers take the default layout; the first reader
     # declaring Partial (f) makes one, shared by the later readers: one all-reduce for all three,
     # attributed to the module that called from_local
@@ -149,41 +127,5 @@ def dtensor_api() -> tuple[list[str], int]:
     (w.to_local(grad_placements=[Partial()]) * (r + 1)).sum().backward()
     check("leaf DTensor .grad placement", w.grad is not None and w.grad.placements == (Partial(),)
           and torch.equal(w.grad.full_tensor(), torch.full((4, 3), float(t * (t + 1) // 2))))
-    return fails, checks
+    return check.result()
 
-
-def mesh_api() -> tuple[list[str], int]:
-    """init_device_mesh inside launched ranks: 1-D facts, errors, `with mesh:`."""
-    from tensorplay_edu import DeviceMesh
-    from tensorplay_edu.mesh import get_current_mesh
-
-    world, rank = dist.get_world_size(), dist.get_rank()
-    fails, n = [], 0
-    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
-    facts = {
-        "size": (mesh.size(), world), "size(0)": (mesh.size(0), world), "ndim": (mesh.ndim, 1),
-        "rank": (mesh.get_rank(), rank), "local": (mesh.get_local_rank(), rank), "local(tp)": (mesh.get_local_rank("tp"), rank),
-        "group": (dist.get_process_group_ranks(mesh.get_group()), list(range(world))),
-        "sub is self": (mesh["tp"].mesh.tolist(), list(range(world))), "eq": (mesh == DeviceMesh("cpu", list(range(world)), mesh_dim_names=("tp",)), True),
-        "repr": (repr(mesh), f"DeviceMesh('cpu', {list(range(world))}, mesh_dim_names=('tp',))"),
-    }
-    with mesh:
-        facts["current"] = (get_current_mesh() is mesh, True)
-        d = DTensor.from_local(torch.ones(2, 3), placements=[Shard(0)])
-        facts["from_local uses current mesh"] = (d.device_mesh is mesh and d.shape == torch.Size([2 * world, 3]), True)
-    facts["current after"] = (get_current_mesh(), None)
-    for key, (got, want) in facts.items():
-        n += 1
-        if got != want:
-            fails.append(f"mesh {key}: {got!r} != {want!r}")
-    _raises(fails, "shape mismatch", ValueError, lambda: init_device_mesh("cpu", (world + 1,)), "mesh_shape")
-    _raises(fails, "names mismatch", ValueError, lambda: init_device_mesh("cpu", (world,), mesh_dim_names=("a", "b")), "mesh_dim_names")
-    _raises(fails, "unknown name", KeyError, lambda: mesh["dp"], "dp")
-    _raises(fails, "no mesh", ValueError, lambda: DTensor.from_local(torch.ones(1)), "device_mesh")
-    if world == 4:
-        m2 = init_device_mesh("cpu", (2, 2))
-        _raises(fails, "2-D get_group needs a dim", RuntimeError, lambda: m2.get_group(), "mesh_dim")
-        n += 1
-        if m2.size(1) != 2 or m2.shape != (2, 2):
-            fails.append("2-D size")
-    return fails, n + 4
