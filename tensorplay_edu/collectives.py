@@ -1,8 +1,9 @@
 """The six collectives, on any tensor dim, with uneven (``torch.chunk``) shards, and the
 ring step that async TP builds its decomposed collectives from.
 
-Only the transition table (:mod:`tensorplay_edu.transition`) and ``distribute_tensor``
-call these: they are the only places in the package that communicate.  Each one
+The transition table (:mod:`tensorplay_edu.transition`) calls them for every layout move;
+``distribute_tensor``, ``from_local(run_check=True)`` and the async rings call them directly.
+Nothing else in the package communicates.  Each one
 
 * moves the chosen dim to the front, because the flat collectives concatenate on dim 0;
 * pads every rank's block to ``ceil(n / t)`` rows, because gloo rejects unequal sizes,

@@ -1,4 +1,4 @@
-"""launch's idle watch (launch_faults._IdleWatch): ranks are called hung only when EVERY one of
+"""launch's idle watch (launcher/faults.py's _IdleWatch): ranks are called hung only when EVERY one of
 them has used no CPU for the whole window. Fake CPU readings and a fake clock: no real timing."""
 
 from types import SimpleNamespace

@@ -41,8 +41,8 @@ from ..parallel.style import FusedInput
 from ..placement import chunk_offset, chunk_sizes
 from . import timeline
 
-__all__ = ["ring_gather", "ring_reduce_scatter", "all_gather_matmul", "reduce_scatter_ring", "matmul_reduce_scatter",
-           "gather_matmul_grads",
+__all__ = ["ring_gather", "ring_reduce_scatter", "chunk_rows", "all_gather_matmul", "reduce_scatter_ring",
+           "matmul_reduce_scatter", "input_grad_ring", "gather_matmul_grads",
            "GatherMatmul", "MatmulReduceScatter", "RingInput"]
 
 
@@ -88,7 +88,7 @@ def ring_reduce_scatter(produce, shape_of, mesh) -> tuple[torch.Tensor, int]:
     return acc, sent
 
 
-def _rows(x: torch.Tensor, dim: int, sizes: list[int], c: int) -> torch.Tensor:
+def chunk_rows(x: torch.Tensor, dim: int, sizes: list[int], c: int) -> torch.Tensor:
     """Chunk ``c`` of ``x`` along ``dim`` (torch.chunk sizes)."""
     return x.narrow(dim, chunk_offset(sum(sizes), len(sizes), c), sizes[c])
 
@@ -106,12 +106,12 @@ def all_gather_matmul(shard: torch.Tensor, dim: int, sizes: list[int], mesh, mat
     outs = [None] * len(matmuls)
 
     def consume(c, chunk):
-        _rows(gathered, dim, sizes, c).copy_(chunk)
+        chunk_rows(gathered, dim, sizes, c).copy_(chunk)
         for j, matmul in enumerate(matmuls):
             y = matmul(chunk)  # [.., s_c, o_j/t]
             if outs[j] is None:
                 outs[j] = y.new_empty(full[:-1] + [y.shape[-1]])
-            _rows(outs[j], dim, sizes, c).copy_(y)
+            chunk_rows(outs[j], dim, sizes, c).copy_(y)
 
     sent = ring_gather(shard, dim, sizes, mesh, consume)
     debug.record("all_gather_matmul", full, shard.dtype, mesh.size(), sent, mesh.get_group())
@@ -137,7 +137,22 @@ def matmul_reduce_scatter(rows_times_w, x: torch.Tensor, dim: int, out_features:
         shape[dim] = sizes[d]
         return shape
 
-    return reduce_scatter_ring(lambda d: rows_times_w(_rows(x, dim, sizes, d)), shape_of, full, mesh)
+    return reduce_scatter_ring(lambda d: rows_times_w(chunk_rows(x, dim, sizes, d)), shape_of, full, mesh)
+
+
+def input_grad_ring(grads, dim: int, sizes: list[int], full_shape, mesh, times_w, zeros) -> torch.Tensor:
+    """Backward of :func:`all_gather_matmul`: chunk d of the input gradient is ``sum_j times_w(j, g_j[chunk d])``,
+    reduce-scattered along the ring (``zeros(shape)`` when no reader has a gradient)."""
+    def shape_of(d):
+        shape = list(full_shape)
+        shape[dim] = sizes[d]
+        return shape
+
+    def part(d):  # this rank's part of the input gradient's chunk d
+        terms = [times_w(j, chunk_rows(g, dim, sizes, d)) for j, g in enumerate(grads) if g is not None]
+        return sum(terms[1:], terms[0]) if terms else zeros(shape_of(d))
+
+    return reduce_scatter_ring(part, shape_of, full_shape, mesh)
 
 
 def gather_matmul_grads(grad: torch.Tensor, x: torch.Tensor, dim: int, mesh, grads_of) -> tuple:
@@ -148,10 +163,10 @@ def gather_matmul_grads(grad: torch.Tensor, x: torch.Tensor, dim: int, mesh, gra
 
     def consume(c, g):
         nonlocal grad_x, grad_w
-        gx, gw = grads_of(g, _rows(x, dim, sizes, c))
+        gx, gw = grads_of(g, chunk_rows(x, dim, sizes, c))
         if grad_x is None:
             grad_x = gx.new_empty(x.shape)
-        _rows(grad_x, dim, sizes, c).copy_(gx)
+        chunk_rows(grad_x, dim, sizes, c).copy_(gx)
         grad_w = gw if grad_w is None else grad_w + gw
 
     sent = ring_gather(grad, dim, sizes, mesh, consume)
@@ -176,20 +191,9 @@ class GatherMatmul(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, *grads):
         gathered, *weights = ctx.saved_tensors
-        mesh, dim, sizes = ctx.mesh, ctx.dim, ctx.sizes
-        pairs = [(g, w) for g, w in zip(grads, weights) if g is not None]
-
-        def shape_of(d):
-            shape = list(gathered.shape)
-            shape[dim] = sizes[d]
-            return shape
-
-        def part(d):  # this rank's part of the input gradient's chunk d: sum_j g_j[chunk d] @ W_j
-            terms = [_rows(g, dim, sizes, d) @ w for g, w in pairs]
-            return sum(terms[1:], terms[0]) if terms else gathered.new_zeros(shape_of(d))
-
-        with debug.backward_scope(ctx.module):
-            grad_x = reduce_scatter_ring(part, shape_of, gathered.shape, mesh)
+        with debug.backward_scope(ctx.module):  # sum_j g_j[chunk d] @ W_j, chunk by chunk
+            grad_x = input_grad_ring(grads, ctx.dim, ctx.sizes, gathered.shape, ctx.mesh,
+                                     lambda j, rows: rows @ weights[j], gathered.new_zeros)
         grad_w = [None if g is None else _flat(g).t() @ _flat(gathered) for g in grads]  # local, no comm
         return (grad_x, None, None, None, *grad_w)
 

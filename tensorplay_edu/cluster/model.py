@@ -1,9 +1,9 @@
-"""One model of scale: the hardware, the Llama 3 shapes, memory per GPU and step time.
+"""The cluster model: the hardware, the Llama 3 shapes, the layout of a step and the price of a collective.
 
-Every number of scale in the notebooks comes from here, so that they agree with each other. This file
-holds the hardware, the shapes, the layout of a step (:class:`Setup`) and the price of one collective;
-memory lives in ``cluster/memory_use.py``, step time in ``cluster/timing.py``, the checks against this CPU and
-published figures in ``cluster/published.py``. Import everything from here:
+Every cluster-sized number in the notebooks comes from this folder, so that they agree with each other.
+This file holds the hardware, the shapes, the layout of a step (:class:`Setup`) and the price of one
+collective; memory lives in ``memory_use.py``, step time in ``timing.py``, the checks against this CPU and
+published figures in ``published.py``. Import everything from the folder:
 
     from tensorplay_edu.cluster import GPUS, MODELS, Setup, memory, step_time
     memory(MODELS["llama3-70b"], Setup(tp=8, sp=True, dp=8, fsdp=True))   # bytes per GPU by component

@@ -40,7 +40,7 @@ from torch.autograd.function import once_differentiable
 from .. import debug
 from ..dtensor import DTensor
 from ..async_tp.fusion import ring_input, ring_ok
-from ..async_tp.ring import RingInput, _rows, all_gather_matmul, reduce_scatter_ring
+from ..async_tp.ring import RingInput, all_gather_matmul, input_grad_ring
 from ..parallel.prepare import PrepareModuleInput
 from ..parallel.base import fqn
 from ..parallel.style import ColwiseParallel, RowwiseParallel, input_as_dtensor
@@ -105,26 +105,18 @@ class _Float8GatherMatmul(torch.autograd.Function):
         gathered, x_scale, *w = ctx.saved_tensors
         n = len(ctx.specs)
         w_data, w_scale, (x_dtype, w_dtypes) = w[:n], w[n:], ctx.dtypes
-        mesh, dim, sizes, specs = ctx.mesh, ctx.dim, ctx.sizes, ctx.specs
+        specs = ctx.specs
         with debug.backward_scope(ctx.module):
             g8s = [None if g is None else quantize(g, E5M2, spec.grad_cut, spec.power_of_2)
                    for g, spec in zip(grads, specs)]
 
-            def shape_of(d):
-                shape = list(gathered.shape)
-                shape[dim] = sizes[d]
-                return shape
+            def times_w(j, rows):  # e5m2 rows of g_j @ W_j in float8, in x's dtype
+                return float8_mm(rows.reshape(-1, rows.shape[-1]), g8s[j].scale, w_data[j], w_scale[j], x_dtype,
+                                 specs[j].emulate).view(*rows.shape[:-1], -1)
 
-            def part(d):  # sum_j g_j[chunk d] @ W_j, this rank's part
-                total = torch.zeros(shape_of(d), dtype=x_dtype, device=gathered.device)
-                for g8, wd, ws, spec in zip(g8s, w_data, w_scale, specs):
-                    if g8 is not None:
-                        rows = _rows(g8.data, dim, sizes, d)
-                        total += float8_mm(rows.reshape(-1, rows.shape[-1]), g8.scale, wd, ws, x_dtype,
-                                           spec.emulate).view(shape_of(d))
-                return total
-
-            grad_x = reduce_scatter_ring(part, shape_of, gathered.shape, mesh)
+            grad_x = input_grad_ring([None if g8 is None else g8.data for g8 in g8s], ctx.dim, ctx.sizes,
+                                     gathered.shape, ctx.mesh, times_w,
+                                     lambda shape: torch.zeros(shape, dtype=x_dtype, device=gathered.device))
         x2 = gathered.reshape(-1, gathered.shape[-1])
         grad_w = [None if g8 is None else float8_mm(g8.data.reshape(-1, g8.data.shape[-1]).t(), g8.scale, x2, x_scale,
                                                    dt, spec.emulate) for g8, dt, spec in zip(g8s, w_dtypes, specs)]

@@ -5,7 +5,9 @@ the styles, the placements and the transition table decide for you, decided here
 :class:`HandLlama` takes a single-device :class:`~tensorplay_edu.models.Transformer`, keeps this rank's
 ``torch.chunk`` pieces of its weights (rows of wq / wk / wv / w1 / w3, of the embedding and of the
 output layer; columns of wo / w2; the norms whole) and runs its forward with raw ``torch.distributed``
-calls, in four autograd Functions (Megatron's names, Korthikanti et al. 2022):
+calls, in four autograd Functions: Megatron-LM's f and g (its mappings.py: copy_to_ /
+reduce_from_tensor_model_parallel_region) and the sequence-parallel pair (gather_from_sequence_parallel_region,
+reduce_scatter_to_sequence_parallel_region; Korthikanti et al. 2022's g and g-bar):
 
 ==============  =============================  =============================  ===================
 Function        forward                        backward                       where

@@ -2,7 +2,8 @@
 
 Rank r of the TP group holds the logits of classes ``[o_r, o_r + V_r)`` (``torch.chunk`` of V).
 Each row needs three numbers from the whole vocabulary, one all-reduce each over the TP group
-(:func:`_vocab_parallel_forward`, as in Megatron-LM's vocab-parallel cross-entropy):
+(:func:`_vocab_parallel_forward`, as in Megatron-LM's vocab-parallel cross-entropy, which takes the
+target's logit second; here it comes last, so that label smoothing's sum rides in the same call):
 
 1. ``m = max_c x_c``             all-reduce (max)
 2. ``s = sum_c exp(x_c - m)``    all-reduce (sum); ``lse = m + log s``

@@ -43,7 +43,7 @@ def _convert(x, layout, desired, mesh, use_local, module):
             if stand_in is not None:
                 return stand_in
         if desired is not None:
-            x = to_layout(x, desired)
+            x = to_layout(x, desired)  # Shard(1) -> Replicate: SP's all-gather (backward: its reduce-scatter)
     return x.to_local() if use_local else x
 
 

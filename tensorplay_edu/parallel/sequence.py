@@ -1,8 +1,8 @@
 """SequenceParallel: run a per-token module (LayerNorm, RMSNorm, Dropout) on this rank's
 slice of the sequence.  No communication in forward; in backward only the parameters'.
-Sequence parallelism's all-gather and reduce-scatter are its neighbours': the next block's
-PrepareModuleInput(input_layouts=Shard(1)) gathers (Shard -> Replicate), and the Rowwise
-layer before it reduce-scatters (output_layouts=Shard(1): Partial -> Shard), transition.py.
+Sequence parallelism's all-gather and reduce-scatter are its neighbours': the module after it
+(attention, feed_forward) gathers through PrepareModuleInput(input_layouts=Shard(1)), Shard -> Replicate,
+and the Rowwise layer before it reduce-scatters (output_layouts=Shard(1): Partial -> Shard).
 
 Parameters stay whole (replicated, broadcast from ``src_data_rank``; ``None`` keeps each
 rank's own).  Each rank sees only its tokens, so a parameter's gradient is a partial sum

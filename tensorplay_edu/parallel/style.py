@@ -117,7 +117,7 @@ class _LinearOrEmbedding(ParallelStyle):
     def _finish(self, dt: DTensor, module: nn.Module):
         """Output DTensor -> the declared output layout -> local tensor if asked."""
         with module_scope(fqn(module)):
-            dt = to_layout(dt, self.output_layouts[0])
+            dt = to_layout(dt, self.output_layouts[0])  # from Partial: g (all-reduce) or a reduce-scatter
         return dt.to_local() if self.use_local_output else dt
 
 
@@ -270,8 +270,8 @@ def megatron_f(x: DTensor) -> torch.Tensor:
 
 # ---- plug-in points: a collective fused with its matmuls -------------------------------------
 # A fusion runs a row of the table together with the matmuls beside it (the overlapped rings
-# register one).  It changes how the row runs, never what it computes; each of its methods returns
-# None where it does not apply, and the plain code runs:
+# register one).  It changes how the row runs, not its values (up to the order of a sum); each of its
+# methods returns None where it does not apply, and the plain code runs:
 #   gather(module, x, mesh)                      x: a sharded DTensor read by module's Colwise Linears:
 #                                                a FusedInput instead of the gathered tensor
 #   matmul_reduce_scatter(module, x, mesh, dim)  a Rowwise Linear's product, reduced onto Shard(dim)
@@ -279,8 +279,8 @@ FUSIONS: list = []
 
 
 class FusedInput:
-    """A stand-in for a gathered input: its gather runs with its readers' matmuls, and each
-    Colwise Linear that reads it asks it for its output."""
+    """A stand-in for a gathered input (``.shape``: the gathered shape): its gather runs with its
+    readers' matmuls, and each Colwise Linear that reads it asks it for its output."""
 
     def output_for(self, module: nn.Linear) -> torch.Tensor:
         raise NotImplementedError
