@@ -21,7 +21,8 @@ from checks import Checker, chunk, raises
 from tensorplay_edu import CommDebugMode, DTensor, Replicate, Shard, distribute_tensor, init_device_mesh
 from tensorplay_edu.parallel import (ColwiseParallel, RowwiseParallel, clip_grad_norm_, full_state_dict,
                                      param_layout, parallelize_module)
-from tensorplay_edu.parallel.params import ParamLayout, as_dtensor
+from tensorplay_edu.parallel.layout import ParamLayout
+from tensorplay_edu.parallel.params import as_dtensor
 
 TOL = dict(rtol=1e-9, atol=1e-12)
 INF = math.inf

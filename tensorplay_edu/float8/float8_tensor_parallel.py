@@ -179,9 +179,8 @@ class Float8RowwiseParallel(RowwiseParallel):
     def _shard(self, module, mesh):
         super()._shard(module, mesh)
         del module.forward  # Float8Linear.forward: its matmul reduces (RowwiseParallel's partial forward is not used)
-        cut = (mesh, (0,))
-        module.float8_spec = replace(module.float8_spec, input_cut=cut, weight_cut=cut,
-                                     reduce=(mesh, self.output_layouts[0]))
+        # (its amax cuts follow from the column-split weight: Float8Linear.spec)
+        module.float8_spec = replace(module.float8_spec, reduce=(mesh, self.output_layouts[0]))
 
     def _prepare_output(self, module, out, mesh, inputs=None):  # out: reduced already, laid out as output_layouts
         place = self.output_layouts[0]

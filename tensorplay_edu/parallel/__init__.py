@@ -15,7 +15,8 @@ from .api import parallelize_module
 from .clip_grad import clip_grad_norm_  # also guards torch.nn.utils.clip_grad_norm_ (see clip_grad.py)
 from .grad_sync import PartialGradBucket, bucket_partial_grads
 from .loss import loss_parallel
-from .params import ParamLayout, attach_layouts, full_state_dict, load_full_state_dict, param_layout
+from .layout import ParamLayout, param_layout
+from .params import attach_layouts, full_state_dict, load_full_state_dict
 from .prepare import PrepareModuleInput, PrepareModuleInputOutput, PrepareModuleOutput
 from .sequence import SequenceParallel
 from .style import ColwiseParallel, ParallelStyle, RowwiseParallel

@@ -41,7 +41,7 @@ from torch.nn.utils import clip_grad as _torch_clip_grad
 from .. import debug
 from ..placement import Partial, Replicate, Shard
 from ..transition import redistribute_local
-from .params import _is_torch_dtensor, param_layout
+from .layout import _is_torch_dtensor, param_layout
 from .grad_sync import pending_buckets
 
 __all__ = ["clip_grad_norm_"]

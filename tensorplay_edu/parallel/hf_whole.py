@@ -29,7 +29,8 @@ import sys
 from torch import nn
 
 from .init import full_size
-from .params import full_state_dict, is_split
+from .layout import is_split
+from .params import full_state_dict
 
 __all__ = ["guard_hf"]
 

@@ -62,7 +62,7 @@ from torch import nn
 from ..dtensor import DTensor, register_torch_function
 from ..placement import Replicate
 from ..transition import redistribute_local
-from .params import ParamLayout, _is_torch_dtensor, param_layout, tp_offsets, where
+from .layout import ParamLayout, _is_torch_dtensor, param_layout, tp_offsets, where
 
 __all__ = ["full_size", "reset_parameters_full_size", "INIT_FUNCTIONS"]
 

@@ -32,7 +32,7 @@ import itertools
 import torch
 
 from .checkpoint import _as_local, _piece_of_state
-from .params import ParamLayout, is_split, param_layout
+from .layout import ParamLayout, is_split, param_layout
 from .piece import Piece
 
 __all__ = ["install_guards"]

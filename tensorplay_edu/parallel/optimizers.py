@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from .params import is_split, param_layout
+from .layout import is_split, param_layout
 
 __all__ = ["ELEMENTWISE", "check_optimizer"]
 

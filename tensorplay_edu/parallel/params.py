@@ -27,11 +27,10 @@ from ..mesh import DeviceMesh
 from ..placement import Placement, Replicate
 from .checkpoint import register_state_dict_hooks
 from .grad_sync import follow_replaced
-from .layout import ParamLayout, _is_torch_dtensor, is_split, param_layout, tp_offsets, where  # noqa: F401
+from .layout import ParamLayout, _is_torch_dtensor, is_split, param_layout
 from .piece import Piece
 
-__all__ = ["ParamLayout", "param_layout", "is_split", "tp_offsets", "where", "attach_layouts", "buffers_to_mesh",
-           "as_dtensor", "distribute_param", "full_state_dict", "load_full_state_dict"]
+__all__ = ["attach_layouts", "buffers_to_mesh", "as_dtensor", "distribute_param", "full_state_dict", "load_full_state_dict"]
 
 
 def distribute_param(module: nn.Module, name: str, placement: Placement, mesh: DeviceMesh,
