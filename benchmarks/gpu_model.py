@@ -111,12 +111,13 @@ def on_device(model, tokens: torch.Tensor, device: torch.device, kind: str) -> N
 
 
 def reference_bytes(c: dict) -> float:
-    """e2's one-GPU reference, estimated with ``tensorplay_edu.cluster.memory_use`` (weights, gradients,
-    activations, gathered logits), AdamW's two moments in bf16 (4 bytes per parameter: the model trains in
-    bf16, with no fp32 master copy) instead of mixed precision's 12; float8 is not modelled (bf16 is kept)."""
+    """e2's one-GPU reference, estimated with ``tensorplay_edu.cluster.memory_use`` (activations, their
+    gradients in backward, gathered logits) and 8 bytes per parameter: the model trains in bf16 with no fp32
+    master copy (bf16 weights and gradients, AdamW's two moments in bf16) instead of FSDP2's 16; float8 is not
+    modelled (bf16 is kept)."""
     m = Model("gpu-check", c["n_layers"], c["dim"], c["n_heads"], c["n_kv_heads"], c["ffn_hidden"], c["vocab_size"])
     parts = memory(m, Setup(tp=1, batch=c["batch"], seq=c["seq"]))
-    return sum(parts.values()) - parts["optimizer"] + 2 * parts["weights"]
+    return parts["activations"] + parts["backward"] + parts["logits"] + 8 * m.params()
 
 
 def too_small(c: dict, device: torch.device) -> str:

@@ -237,15 +237,14 @@ def test_float8_padding_through_bytes_is_bit_identical():
 
 def test_gpu_measure_counts_flops_as_scale_does_and_finds_the_peak_by_name():
     from gpu_model import CONFIGS, model_flops, peak_flops
-    from tensorplay_edu.cluster import GPUS, Model, Setup
-    from tensorplay_edu.cluster.timing import _compute_seconds
+    from tensorplay_edu.cluster import GPUS, Model, Setup, reported_flops
 
     c = CONFIGS["gpu"]
     assert (c["dim"], c["n_heads"], c["n_kv_heads"], c["ffn_hidden"], c["seq"]) == (4096, 32, 8, 14336, 8192)
     model = Model("m", c["n_layers"], c["dim"], c["n_heads"], c["n_kv_heads"], c["ffn_hidden"], c["vocab_size"])
-    seconds = _compute_seconds(model, Setup(tp=8, batch=c["batch"], seq=c["seq"]), GPUS["h100"], mfu=1.0)
-    assert model_flops(c) / 8 == pytest.approx(seconds * GPUS["h100"].bf16_flops, rel=1e-12)  # per GPU, t = 8
-    assert peak_flops("NVIDIA H100 80GB HBM3") == (989e12, "of H100 SXM's bf16 989 TFLOP/s")
+    per_gpu = reported_flops(model, Setup(tp=8, batch=c["batch"], seq=c["seq"]))
+    assert model_flops(c) / 8 == pytest.approx(per_gpu, rel=1e-12)  # per GPU, t = 8
+    assert peak_flops("NVIDIA H100 80GB HBM3") == (989e12, "of H100 SXM 80 GB (700 W)'s bf16 989 TFLOP/s")
     assert peak_flops("NVIDIA H200")[0] == 989e12
     for name in ("NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA A100-SXM4-80GB"):
         assert peak_flops(name) == (None, f"peak unknown: {name} is not in tensorplay_edu.cluster.GPUS")

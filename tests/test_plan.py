@@ -1,5 +1,7 @@
-"""The planner: plan() ranks what fits and says why the rest does not; the command line, bad inputs."""
+"""The planner: layouts at one global batch, ties and risky ones marked, what practice runs among the best,
+the job that needs more than TP named; the command line (text and --json), bad inputs."""
 
+import json
 import os
 import re
 import subprocess
@@ -8,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tensorplay_edu.cluster.search import RESERVE, main, plan
-from tensorplay_edu.cluster import GPUS, MODELS, memory, step_time
+from tensorplay_edu.cluster import GPUS, MODELS, error_bands, memory, step_time
+from tensorplay_edu.cluster.search import RESERVE, format_plan, main, needs, plan, plan_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,79 +22,163 @@ def _cli(*args):
                           cwd=ROOT, env=env, timeout=300)
 
 
-def test_plan_ranks_feasible_and_explains_refusals():
-    feasible, refused = plan("llama3-70b", 64, "h100", seq=8192, batch=1)
+def test_every_layout_runs_the_same_global_batch_and_is_ordered():
+    feasible, refused = plan("llama3-70b", 64, "h100", seq=8192, global_batch=128)
     assert feasible and refused
-    hbm = GPUS["h100"].hbm_bytes * (1 - RESERVE)  # a plan keeps 10% of HBM free
-    speeds = [r["time"]["tokens_per_s"] for r in feasible]
-    assert speeds == sorted(speeds, reverse=True)  # best first
+    usable = GPUS["h100"].hbm_bytes * (1 - RESERVE)
+    under = error_bands()["memory"][0]
     for r in feasible:
         s = r["setup"]
-        assert s.gpus == 64 and r["total"] <= hbm and r["total"] == pytest.approx(sum(r["memory"].values()))
-        assert r["memory"] == memory(MODELS["llama3-70b"], s) and r["time"] == step_time(MODELS["llama3-70b"], s,
-                                                                                          GPUS["h100"])
-        assert MODELS["llama3-70b"].kv_heads % s.tp == 0 and s.tp <= 8 and (s.sp or not s.async_tp)
+        assert s.global_batch == 128 and s.gpus == 64 and s.seq == 8192
+        assert r["total"] == pytest.approx(sum(memory(MODELS["llama3-70b"], s).values())) and r["total"] <= usable
+        assert r["time"] == step_time(MODELS["llama3-70b"], s, GPUS["h100"])
+        assert r["risky"] == (r["total"] / under > usable)
+        assert not (r["risky"] and r["tie_with_best"])
+    # the order: safe ties (smallest TP first), then the other safe layouts by step time, then the risky ones
+    key = [(r["risky"], not r["tie_with_best"]) for r in feasible]
+    assert key == sorted(key)
+    ties = [r for r in feasible if r["tie_with_best"]]
+    assert [r["setup"].tp for r in ties] == sorted(r["setup"].tp for r in ties)
+    best = min(r["time"]["total"] for r in feasible if not r["risky"])
+    lo, hi = error_bands()["ranking"]
+    for r in feasible:
+        if not r["risky"]:
+            assert r["tie_with_best"] == (r["time"]["total"] <= best * (1 + max(hi - 1, 1 - lo)))
+    rest = [r["time"]["total"] for r in feasible if not r["risky"] and not r["tie_with_best"]]
+    assert rest == sorted(rest)
+    # each layout runs the largest micro-batch that fits and is safe: one sequence more would not be
+    for r in feasible[:20]:
+        s = r["setup"]
+        per_replica = 128 // s.dp
+        bigger = [b for b in range(s.batch + 1, per_replica + 1) if per_replica % b == 0]
+        if bigger and not r["risky"]:
+            b = bigger[0]
+            wider = s.__class__(**{**s.__dict__, "batch": b, "micro_batches": per_replica // b})
+            total = sum(memory(MODELS["llama3-70b"], wider).values())
+            assert total / under > usable or step_time(MODELS["llama3-70b"], wider, GPUS["h100"])["total"] >= \
+                r["time"]["total"]
     reasons = [r["reason"] for r in refused]
-    assert any("out of memory" in x for x in reasons) and any("KV heads=8 do not divide" in x for x in reasons)
-    assert any("larger than a node" in x for x in reasons)
-    for r in refused:
-        if "out of memory" in r["reason"]:
-            assert r["over"] == pytest.approx(sum(memory(MODELS["llama3-70b"], r["setup"]).values()) - hbm)
-            assert f"{r['over'] / 1e9:.1f} GB over" in r["reason"]
-    # without SP, TP 8 alone keeps too many activations on a 70B at 8192 tokens
-    assert not any(r["setup"].tp == 8 and not r["setup"].sp and not r["setup"].checkpoint for r in feasible)
-    # more memory per GPU (H200) fits at least as much; a larger reserve refuses what needs more
-    assert len(plan("llama3-70b", 64, "h200")[0]) >= len(feasible)
-    tight = plan("llama3-70b", 64, "h100", reserve=0.15)[0]
-    limit = 0.85 * GPUS["h100"].hbm_bytes
-    assert len(tight) < len(feasible) and max(r["total"] for r in tight) <= limit < max(r["total"] for r in feasible)
+    assert any("KV heads=8 do not divide" in x for x in reasons)
+    assert any("out of memory even at one sequence per micro-batch" in x and "GiB" in x for x in reasons)
+
+
+@pytest.mark.parametrize("model, gpus, global_batch, practice", [
+    # torchtitan Table 1: 8B on 8 GPUs, global batch 16: FSDP 8, TP 1, selective AC
+    ("llama3-8b", 8, 16, lambda s: s.tp == 1 and s.fsdp and s.dp == 8),
+    # torchtitan's 70B preset on 64 GPUs (FSDP 8 x local batch 8): TP 8 with activation checkpointing
+    ("llama3-70b", 64, 64, lambda s: s.tp == 8 and s.fsdp and s.ac != "none"),
+    # torchtitan Table 5: 405B on 512 GPUs, global batch 256: TP 8 (with FSDP and PP there)
+    ("llama3-405b", 512, 256, lambda s: s.tp == 8 and s.fsdp),
+])
+def test_the_best_or_a_tie_is_what_practice_runs(model, gpus, global_batch, practice):
+    feasible, _ = plan(model, gpus, "h100", seq=8192, global_batch=global_batch)
+    best = feasible[0]
+    assert best["tie_with_best"] and not best["risky"]
+    assert practice(best["setup"]) or any(practice(r["setup"]) for r in feasible if r["tie_with_best"])
+
+
+def test_what_the_old_planner_got_wrong_is_gone():
+    # 8B on 8 GPUs: FSDP 8 fits once selective AC is offered, and ranks first among ties (smallest TP)
+    feasible, _ = plan("llama3-8b", 8, "h100", global_batch=16)
+    assert feasible[0]["setup"].tp == 1 and feasible[0]["setup"].ac == "selective"
+    # 405B at TP 1 cannot fit: FSDP's gathered layer, prefetch and fp32 reduce buffer are counted
+    _, refused = plan("llama3-405b", 512, "h100", global_batch=512)
+    tp1 = [r for r in refused if r["setup"].tp == 1 and r["setup"].fsdp and r["setup"].ac == "full"]
+    assert tp1 and all(r["over"] > 0 for r in tp1)
+    assert memory(MODELS["llama3-405b"], tp1[0]["setup"])["working"] > 30e9
+    # TP 1 cannot give 512 replicas a sequence each from a global batch of 256
+    _, refused = plan("llama3-405b", 512, "h100", global_batch=256)
+    assert any(r["setup"].tp == 1 and "fewer sequences than replicas" in r["reason"] for r in refused)
+
+
+@pytest.mark.parametrize("model, gpus, seq, global_batch, name", [
+    ("llama3-405b", 8, 8192, None, "pipeline parallelism: at tp="),  # the state alone is too big
+    ("llama3-405b", 512, 8192, 32, "pipeline parallelism: a global batch of 32 sequences"),
+    ("llama3-8b", 8, 262144, None, "context parallelism"),  # one sequence's activations are too big
+])
+def test_a_job_beyond_tp_and_dp_is_named(model, gpus, seq, global_batch, name):
+    assert plan(model, gpus, "h100", seq=seq, global_batch=global_batch)[0] == []
+    why = needs(model, gpus, "h100", seq=seq, global_batch=global_batch)
+    assert why.startswith(name) and why.endswith("Outside this model")
+    assert f"nothing fits: this job needs {why}" in format_plan(model, gpus, "h100", seq=seq, global_batch=global_batch)
+    assert needs("llama3-8b", 8, "h100") is None
+
+
+def test_json_output_fields():
+    out = _cli("--model", "llama3-8b", "--gpus", "8", "--global-batch", "16", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data == json.loads(json.dumps(plan_json("llama3-8b", 8, "h100", global_batch=16)))
+    assert data["layouts"] and data["refused"] and data["needs"] is None and data["global_batch"] == 16
+    for layout in data["layouts"]:
+        assert {"tp", "dp", "fsdp", "ac", "sp", "loss_parallel", "async_tp", "float8", "micro_batches", "memory_gib",
+                "step_s", "tokens_per_s_per_gpu", "tie_with_best", "risky"} <= set(layout)
+        assert layout["ac"] in ("none", "selective", "full") and layout["float8"] in (
+            None, "tensorwise", "rowwise", "rowwise_with_gw_hp")
+        assert layout["tp"] * layout["dp"] == 8 and layout["dp"] * layout["micro_batch"] * layout["micro_batches"] == 16
+        assert isinstance(layout["fsdp"], bool) and isinstance(layout["tie_with_best"], bool)
+    first = data["layouts"][0]
+    assert first["tie_with_best"] and not first["risky"]
+    for refusal in data["refused"]:
+        assert set(refusal) == {"layout", "reason"} and refusal["reason"] and "tp" in refusal["layout"]
+    nothing = json.loads(_cli("--model", "llama3-405b", "--gpus", "8", "--json").stdout)
+    assert nothing["layouts"] == [] and nothing["needs"].startswith("pipeline parallelism")
+
+
+def test_cli_prints_ties_first_and_refusals():
+    out = _cli("--model", "llama3-70b", "--gpus", "64", "--gpu", "h100", "--seq", "8192", "--top", "5")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert text.startswith("llama3-70b on 64 x H100 SXM 80 GB (700 W), 75.7 GiB usable per GPU, global batch 64 x 8192")
+    assert "model error on published runs" in text
+    rows = [line for line in text.splitlines() if re.match(r"\s+\d+ tp=", line)]
+    assert len(rows) == 5
+    best = plan("llama3-70b", 64, "h100")[0][0]
+    assert f"{best['time']['tokens_per_s_per_gpu']:,.0f}" in rows[0] and rows[0].rstrip().endswith("tie")
+    assert "refused:" in text and "KV heads=8 do not divide" in text
 
 
 def test_plan_bad_inputs():
-    with pytest.raises(ValueError, match="unknown model 'gpt5'.*llama3-8b"):
+    with pytest.raises(ValueError, match="unknown model"):
         plan("gpt5", 8)
     with pytest.raises(ValueError, match="unknown gpu"):
         plan("llama3-8b", 8, "a100")
     with pytest.raises(ValueError, match="whole number of 8-GPU nodes"):
         plan("llama3-8b", 12)
-    with pytest.raises(ValueError, match="seq must be a positive integer"):
+    with pytest.raises(ValueError, match="seq"):
         plan("llama3-8b", 8, seq=0)
-    with pytest.raises(ValueError, match=r"reserve must be a fraction of HBM in \[0, 1\)"):
+    with pytest.raises(ValueError, match="global_batch"):
+        plan("llama3-8b", 8, global_batch=0)
+    with pytest.raises(ValueError, match="reserve"):
         plan("llama3-8b", 8, reserve=1.5)
 
 
-def test_sp_needs_a_tp_degree_that_divides_the_sequence():
+def test_sp_needs_an_even_sequence():
     """seq 8190 = 2 x 4095 splits into equal pieces over 2 GPUs, not over 4 or 8: SP is refused there
-    (though 8190 > t), while TP without SP runs at every degree."""
-    feasible, refused = plan("llama3-8b", 8, "h100", seq=8190, batch=1)
-    with_sp = {r["setup"].tp for r in feasible if r["setup"].sp}
-    assert with_sp == {2}, with_sp
+    with the reason, and the layouts without SP still fit."""
+    feasible, refused = plan("llama3-8b", 8, "h100", seq=8190, global_batch=8)
+    assert {r["setup"].tp for r in feasible if r["setup"].sp} == {2}
     assert {r["setup"].tp for r in feasible if not r["setup"].sp} == {1, 2, 4, 8}
-    reasons = {r["reason"] for r in refused if r["over"] == 0}
-    assert reasons == {f"tp={t}: SP cannot split seq=8190 into {t} equal pieces" for t in (4, 8)}, reasons
-    assert all(r["setup"].sp for r in refused if r["over"] == 0)
+    sp_reasons = {r["reason"] for r in refused if "SP cannot" in r["reason"]}
+    assert sp_reasons == {f"tp={t}: SP cannot split seq=8190 into {t} equal pieces" for t in (4, 8)}
 
 
-def test_cli_prints_best_first_and_refusals():
-    out = _cli("--model", "llama3-70b", "--gpus", "64", "--gpu", "h100", "--seq", "8192", "--top", "5")
-    assert out.returncode == 0, out.stderr
-    text = out.stdout
-    assert text.startswith("llama3-70b (70.6B) on 64 x H100 SXM (80 GB, 90% usable), seq 8192")
-    rows = [line for line in text.splitlines() if re.match(r"\s+\d+ tp=", line)]
-    assert len(rows) == 5
-    tok = [float(line.split()[-1].replace(",", "")) for line in rows]
-    assert tok == sorted(tok, reverse=True)
-    best = plan("llama3-70b", 64, "h100")[0][0]
-    assert f"{best['time']['tokens_per_s_per_gpu']:,.0f}" in rows[0]
-    assert "refused:" in text and "out of memory" in text and "KV heads=8 do not divide" in text
+def test_a_tighter_reserve_or_a_larger_gpu_changes_what_fits():
+    feasible = plan("llama3-70b", 64, "h100")[0]
+    assert len(plan("llama3-70b", 64, "h200")[0]) >= len(feasible)
+    tight = plan("llama3-70b", 64, "h100", reserve=0.25)[0]
+    limit = 0.75 * GPUS["h100"].hbm_bytes
+    assert max(r["total"] for r in tight) <= limit < max(r["total"] for r in feasible)
 
 
 @pytest.mark.parametrize("args, message", [
     (["--model", "llama3-9b"], "argument --model: unknown model 'llama3-9b'; known models: llama3-8b"),
     (["--gpus", "12"], "argument --gpus: 12 is not a whole number of 8-GPU nodes"),
     (["--seq", "0"], "argument --seq: must be a positive integer"),
+    (["--global-batch", "0"], "argument --global-batch: must be a positive integer"),
     (["--gpu", "a100"], "argument --gpu: unknown gpu 'a100'"),
     (["--reserve", "1"], "argument --reserve: a fraction of HBM in [0, 1), got 1.0"),
+    (["--batch", "2"], "unrecognized arguments: --batch 2"),
 ])
 def test_cli_bad_inputs(args, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -105,12 +191,11 @@ def test_cli_bad_input_through_a_subprocess():
     assert out.returncode == 2 and "known models: llama3-8b, llama3-70b, llama3-405b" in out.stderr
 
 
-def test_readme_example_is_the_planner_output():
+def test_docs_example_is_the_planner_output():
     """docs/cluster_planner.md ("Plan a run") shows the planner's real output (regenerate it when cluster/ changes)."""
-    from tensorplay_edu.cluster.search import format_plan
-    readme = (ROOT / "docs" / "cluster_planner.md").read_text()
-    section = readme[readme.index("# Plan a run"):]
+    doc = (ROOT / "docs" / "cluster_planner.md").read_text()
+    section = doc[doc.index("# Plan a run"):]
     assert "python -m tensorplay_edu.cluster.search --model llama3-70b --gpus 64 --gpu h100 --seq 8192" in section
     shown = section[section.index("```text\n") + 8:]
     shown = shown[:shown.index("\n```")]
-    assert shown == format_plan("llama3-70b", 64, "h100", seq=8192, batch=1, top=3)
+    assert shown == format_plan("llama3-70b", 64, "h100", seq=8192, top=3)

@@ -1,15 +1,16 @@
 """Memory per GPU, by component: the half of :mod:`tensorplay_edu.cluster` that counts bytes.
 
 What one block saves for backward (this package's Llama, measured to the byte in notebook 04, or
-Korthikanti et al.'s GPT layer), the loss's peak (measured in notebook 05), and the weights, gradients
-and optimizer state of mixed-precision AdamW under TP and FSDP. Import it from ``tensorplay_edu.cluster``.
+Korthikanti et al.'s GPT layer) under each activation-checkpointing mode, the loss's peak (measured in
+notebook 05), FSDP's transient buffers, and the weights, gradients and optimizer state of mixed-precision
+AdamW under TP and FSDP. Import it from ``tensorplay_edu.cluster``.
 """
 
 from __future__ import annotations
 
 from .model import Model, Setup
 
-__all__ = ["korthikanti_activations", "llama_activations", "LOGIT_PEAK_BYTES", "memory"]
+__all__ = ["korthikanti_activations", "llama_activations", "sac_saved", "LOGIT_PEAK_BYTES", "memory"]
 
 
 def korthikanti_activations(seq, batch, dim, heads, tp=1, sp=False, flash=False) -> float:
@@ -57,35 +58,71 @@ def llama_activations(model: Model, setup: Setup) -> dict[str, float]:
 LOGIT_PEAK_BYTES = {2: {"gathered": 12, "loss_parallel": 10}, 4: {"gathered": 12, "loss_parallel": 8}}
 
 
+def sac_saved(model: Model, setup: Setup) -> float:
+    """Bytes one block keeps under torchtitan's per-op selective AC, which saves the outputs of every
+    other matmul (wq, wv, w1, w2 of the seven), attention's output and log-sum-exp and the SP
+    reduce-scatter's, and recomputes the rest in backward; the block's input is kept as under full AC.
+    wq, wv, w1 and attention are split by t; w2's output is the full [b, s, h] of partial sums."""
+    t, p, sb = setup.tp, setup.dtype_bytes, setup.seq * setup.batch
+    h, kv = model.dim, model.kv_heads * model.head_dim
+    scattered = sb * h / t if setup.sp and t > 1 else 0
+    block_input = sb * h / (t if setup.sp else 1)
+    kept = block_input + sb * (2 * h + kv + model.ffn) / t + sb * h + scattered
+    return kept * p + 4 * model.heads * sb / t
+
+
+def _fsdp_units(model: Model, setup: Setup) -> list[float]:
+    """Parameters of each unit FSDP gathers at once on one rank: every block, the embedding, the output."""
+    return [model.layer_params() / setup.tp, model.vocab * model.dim / setup.tp]
+
+
 def memory(model: Model, setup: Setup) -> dict[str, float]:
-    """Bytes per GPU by component; their sum is the usual estimate of the peak (all held at once).
+    """Bytes per GPU by component; their sum is the estimate of the peak (all held at once), which
+    ``published.published_checks`` holds against measured peaks.
 
-    Conventions (the "16 bytes per parameter" of mixed-precision AdamW, as in ZeRO):
-
-    * ``weights``: ``dtype_bytes`` (2) per parameter; ``gradients``: the same; ``optimizer``: 12 per
-      parameter (fp32 master copy, Adam's two fp32 moments). TP divides every matmul weight and both
-      embeddings by t (norm weights are replicated); FSDP then divides all three by ``dp`` (the gathered
-      layer FSDP holds for a moment is left out).
+    * ``weights`` 4, ``gradients`` 4 and ``optimizer`` 8 bytes per local parameter, as FSDP2 keeps them
+      (float32 sharded parameters and gradients, AdamW's two float32 moments: the "16 bytes per
+      parameter" of mixed precision). TP divides every matmul weight and both embeddings by t (norm
+      weights are replicated); FSDP then divides by d.
+    * ``working``: with FSDP, the unsharded bf16 unit being used and the next one prefetched, its bf16
+      gradients and the reduce-scatter's input in the reduce dtype (float32 by default); without FSDP,
+      the bf16 copies of every weight the matmuls read.
     * ``activations``: one block's (:func:`llama_activations`, or Korthikanti's GPT layer with
-      ``activations="korthikanti"``) times L. With ``checkpoint``: each block keeps only its input
-      (s·b·h values, /t under SP), plus one block's full activations while it is recomputed. float8 is
-      not modelled (torchao keeps bf16 weights and saves bf16 activations).
+      ``activations="korthikanti"``) times L with ``ac="none"``; with ``"full"`` each block keeps its
+      input (s·b·h values, /t under SP), with ``"selective"`` what :func:`sac_saved` counts, and either
+      also holds one block's full activations while it is recomputed. Under float8 tensorwise TP with SP
+      the gathered block inputs are saved in float8 (torchao's float8 TP styles cast before the gather).
+    * ``backward``: one block's activation gradients in flight (as large as its activations).
     * ``logits``: the loss's peak, ``LOGIT_PEAK_BYTES`` per logit of b·s·V: whole on every rank, or a
-      V/t slice each with ``loss_parallel``."""
-    t, d = setup.tp, setup.dp if setup.fsdp else 1
+      V/t slice each with ``loss_parallel``.
+
+    Left out: Megatron's layout (bf16 parameters with fp32 main gradients: 18 bytes per parameter), the
+    unsharded float8 weights torchao keeps for backward unless ``force_recompute_fp8_weight_in_bwd``, the
+    CUDA context and NCCL's buffers (the planner's reserve), and whatever makes a measured peak exceed
+    the sum: ``published.error_bands()["memory"]`` says by how much it has."""
+    t, d, p = setup.tp, setup.dp if setup.fsdp else 1, setup.dtype_bytes
     p_gpu = (model.params() - model.norm_params()) / t + model.norm_params()
     if setup.activations == "llama":
-        layer = sum(llama_activations(model, setup).values())
+        parts = llama_activations(model, setup)
+        if setup.float8 == "tensorwise" and setup.sp and t > 1:
+            parts["block inputs"] /= p
+        layer = sum(parts.values())
     elif setup.activations == "korthikanti":
         layer = korthikanti_activations(setup.seq, setup.batch, model.dim, model.heads, t, setup.sp,
-                                        flash=True) * setup.dtype_bytes / 2
+                                        flash=True) * p / 2
     else:
         raise ValueError(f"Setup.activations must be 'llama' or 'korthikanti', got {setup.activations!r}")
-    block_input = setup.seq * setup.batch * model.dim * setup.dtype_bytes / (t if setup.sp else 1)
-    act = layer + model.layers * block_input if setup.checkpoint else model.layers * layer
-    per_logit = LOGIT_PEAK_BYTES[4 if setup.dtype_bytes == 4 else 2]
+    block_input = setup.seq * setup.batch * model.dim * p / (t if setup.sp else 1)
+    kept = {"none": None, "full": block_input, "selective": sac_saved(model, setup)}[setup.ac]
+    act = model.layers * layer if kept is None else model.layers * kept + layer
+    if setup.fsdp and setup.dp > 1:
+        units = _fsdp_units(model, setup)
+        red = 4 if setup.reduce_fp32 else p
+        working = p * (max(units) + units[0]) + (p + red) * max(units)
+    else:
+        working = p * p_gpu
+    per_logit = LOGIT_PEAK_BYTES[4 if p == 4 else 2]
     path = "loss_parallel" if setup.loss_parallel else "gathered"
     logits = per_logit[path] * setup.batch * setup.seq * model.vocab / (t if setup.loss_parallel else 1)
-    return {"weights": setup.dtype_bytes * p_gpu / d, "gradients": setup.dtype_bytes * p_gpu / d,
-            "optimizer": 12 * p_gpu / d, "activations": act, "logits": logits}
-
+    return {"weights": 4 * p_gpu / d, "gradients": 4 * p_gpu / d, "optimizer": 8 * p_gpu / d,
+            "working": working, "activations": act, "backward": layer, "logits": logits}

@@ -2,61 +2,74 @@
 
 Every cluster-sized number in the notebooks comes from this folder, so that they agree with each other.
 This file holds the hardware, the shapes, the layout of a step (:class:`Setup`) and the price of one
-collective; memory lives in ``memory_use.py``, step time in ``timing.py``, the checks against this CPU and
-published figures in ``published.py``. Import everything from the folder:
+collective as NCCL prices it; memory lives in ``memory_use.py``, step time in ``timing.py``, the constants
+fitted to published runs in ``calibration.py``, the checks against them in ``published.py``, the layout
+search in ``search.py``. Import everything from the folder:
 
     from tensorplay_edu.cluster import GPUS, MODELS, Setup, memory, step_time
     memory(MODELS["llama3-70b"], Setup(tp=8, sp=True, dp=8, fsdp=True))   # bytes per GPU by component
     step_time(MODELS["llama3-70b"], Setup(tp=8, sp=True, dp=8, fsdp=True), GPUS["h100"])
 
-Notation (the series' letters): ``b`` sequences per data-parallel rank, ``s`` tokens per sequence,
-``h`` model width (``dim``), ``H`` query heads, ``K`` key-value heads, ``F`` the feed-forward width,
-``V`` vocabulary, ``L`` layers, ``t`` the TP degree, ``p`` bytes per element.
-Everything is an estimate from first principles (counts of bytes and FLOPs, an α–β model of each
-collective), and :func:`published_checks` puts it beside published figures.
+Notation (the series' letters): ``b`` sequences per micro-batch per data-parallel rank, ``s`` tokens per
+sequence, ``h`` model width (``dim``), ``H`` query heads, ``K`` key-value heads, ``F`` the feed-forward width,
+``V`` vocabulary, ``L`` layers, ``t`` the TP degree, ``d`` the data-parallel degree, ``p`` bytes per element.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GPU", "GPUS", "Model", "MODELS", "Setup", "DEFAULT_MFU", "FLOAT8_EFFICIENCY", "NCCL_BASE_LATENCY",
+__all__ = ["GPU", "GPUS", "Model", "MODELS", "Setup", "FLOAT8_RECIPES", "AC_MODES", "NCCL_BASE_LATENCY",
            "ring_steps", "ring_terms", "collective_time"]
 
 
 @dataclass(frozen=True)
 class GPU:
-    """One accelerator and its links. FLOP/s are dense (no 2:4 sparsity); bandwidths are bytes/s
-    per GPU per direction; α is the latency of one ring step (a collective on t ranks takes t-1 or
-    2(t-1) of them)."""
+    """One accelerator and its links. FLOP/s are dense (no 2:4 sparsity). ``hbm_bytes`` is the capacity
+    nvidia-smi reports. Bandwidths are bytes/s per GPU per direction: ``*_bw`` the line rate, ``*_busbw``
+    what NCCL's ring achieves (nccl-tests' busBw), ``nvls_busbw`` an all-reduce inside a node (NVLink
+    SHARP). α is the latency of one ring step; ``net_overhead`` NCCL's per-step host cost on a ring that
+    crosses nodes."""
     name: str
     bf16_flops: float
     fp8_flops: float
     hbm_bytes: float
     hbm_bw: float
     nvlink_bw: float
+    nvlink_busbw: float
+    nvls_busbw: float
     nvlink_alpha: float
     ib_bw: float
+    ib_busbw: float
     ib_alpha: float
+    net_overhead: float
     gpus_per_node: int
     source: str
 
 
-# Latency: NCCL's own cost model (NVIDIA/nccl src/graph/tuning.cc, Ring algorithm, Simple protocol, the
-# one used for the large messages of training) charges a base latency of 8.4 µs per collective, plus a
-# hardware latency per ring step: 3.4 µs over NVLink, 14.0 µs over the network (NCCL 2.2x's figure;
-# older releases said 9.6). One NVLink figure everywhere: NVLink 4 is 900 GB/s bidirectional = 450 GB/s
-# each way. NDR InfiniBand is 400 Gb/s = 50 GB/s each way, one NIC per GPU.
+# Latency, from NCCL's own cost model (NVIDIA/nccl src/graph/tuning.cc, Ring, Simple protocol): 8.4 µs base
+# per collective; per ring step 3.4 µs over NVLink and 14.0 µs over the network (NCCL 2.2x; older: 9.6). On a
+# ring across n nodes only the n-1 node-crossing steps (2(n-1) for an all-reduce) pay the network's α; the
+# others pay max(NVLink α, 3 x netOverhead), netOverhead = 1 µs on Intel hosts (2 on AMD).
+# Bandwidth: NVLink 4 is 450 GB/s each way (line rate); NCCL's rings reach ~370 GB/s after protocol
+# overhead and NVLS all-reduce ~480 GB/s busBw (NVIDIA/nccl-tests#212, NCCL's maintainer). NDR InfiniBand is
+# 400 Gb/s = 50 GB/s per GPU; we take 46 GB/s busBw (an assumption, ~92% of line rate: not verified).
 NCCL_BASE_LATENCY = 8.4e-6
-_HOPPER = dict(bf16_flops=989e12, fp8_flops=1979e12, nvlink_bw=450e9, nvlink_alpha=3.4e-6,
-               ib_bw=50e9, ib_alpha=14.0e-6, gpus_per_node=8)
+_MIB = 2 ** 20
+_HOPPER = dict(bf16_flops=989e12, fp8_flops=1979e12, nvlink_bw=450e9, nvlink_busbw=370e9, nvls_busbw=480e9,
+               nvlink_alpha=3.4e-6, ib_bw=50e9, ib_busbw=46e9, ib_alpha=14.0e-6, net_overhead=1.0e-6,
+               gpus_per_node=8)
+_NCCL = "; NCCL's α and achieved busBw (src/graph/tuning.cc, nccl-tests#212)"
 GPUS = {
-    "h100": GPU("H100 SXM", hbm_bytes=80e9, hbm_bw=3.35e12, **_HOPPER,
-                source="NVIDIA H100 datasheet (SXM, dense); NVLink 4 900 GB/s bidirectional; NDR 400 Gb/s per GPU; "
-                       "α from NCCL's tuning model (src/graph/tuning.cc)"),
-    "h200": GPU("H200 SXM", hbm_bytes=141e9, hbm_bw=4.8e12, **_HOPPER,
-                source="NVIDIA H200 datasheet (SXM, dense; same Hopper compute and links as H100); "
-                       "α from NCCL's tuning model (src/graph/tuning.cc)"),
+    "h100": GPU("H100 SXM 80 GB (700 W)", hbm_bytes=81559 * _MIB, hbm_bw=3.35e12, **_HOPPER,
+                source="NVIDIA H100 datasheet (SXM, dense); capacity as nvidia-smi shows it (81,559 MiB)" + _NCCL),
+    "h200": GPU("H200 SXM 141 GB", hbm_bytes=143771 * _MIB, hbm_bw=4.8e12, **_HOPPER,
+                source="NVIDIA H200 datasheet (same Hopper compute and links as H100); nvidia-smi: 143,771 MiB" + _NCCL),
+    # The GPU every published throughput here was measured on (torchtitan's Grand Teton hosts): the
+    # efficiencies of calibration.py are fitted on it. Its peak is unpublished ("between SXM and NVL"):
+    # torchtitan divides by the SXM's 989 TFLOP/s, and so do we, so its efficiency holds the difference.
+    "h100-500w": GPU("H100 96 GB HBM2e at 500 W (torchtitan's benchmark GPU)", hbm_bytes=96e9, hbm_bw=2.4e12,
+                     **_HOPPER, source="torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Hardware" + _NCCL),
 }
 
 
@@ -95,39 +108,62 @@ MODELS = {
     "llama3-405b": Model("llama3-405b", 126, 16384, 128, 8, 53248, 128256),
 }
 
+# torchao's float8 training recipes: tensorwise (one scale per tensor; fp8 TP and FSDP all-gathers),
+# rowwise (a scale per row; communication stays bf16), rowwise_with_gw_hp (rowwise, with the weight-gradient
+# matmul kept in bf16). torchtitan ships the two rowwise ones and defaults to rowwise.
+FLOAT8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+# Activation checkpointing as torchtitan's apply_ac offers it, per block: none, selective (per-op SAC:
+# keep every other matmul's output and attention's), full (keep the block's input, recompute the rest).
+AC_MODES = ("none", "selective", "full")
+
 
 @dataclass(frozen=True)
 class Setup:
-    """How one training step is laid out: TP degree ``tp`` (with SP, loss_parallel, float8 and async TP
-    as options), ``dp`` data-parallel replicas (``fsdp``: sharded over them), ``batch`` sequences of
-    ``seq`` tokens per data-parallel rank, activations and weights in ``dtype_bytes`` (bf16: 2);
-    ``checkpoint``: full activation checkpointing (keep each block's input, recompute the rest);
-    ``activations``: ``"llama"`` counts what this package's Llama saves (:func:`llama_activations`),
-    ``"korthikanti"`` the paper's GPT layer (:func:`korthikanti_activations`, flash attention)."""
+    """How one optimizer step is laid out: TP degree ``tp`` (with SP, loss_parallel, float8 and async TP
+    as options), ``dp`` data-parallel replicas (``fsdp``: sharded over them, as FSDP2), each running
+    ``micro_batches`` micro-batches of ``batch`` sequences of ``seq`` tokens (gradient accumulation), so the
+    global batch is dp·batch·micro_batches sequences. ``float8``: None or a recipe of ``FLOAT8_RECIPES``
+    (True means this package's float8 TP plan, tensorwise). ``ac``: one of ``AC_MODES``. ``reduce_fp32``:
+    gradients reduced in float32 (torchtitan's default ``mixed_precision_reduce``). ``dtype_bytes``: the
+    compute dtype (bf16: 2). ``activations``: ``"llama"`` counts what this package's Llama saves,
+    ``"korthikanti"`` the paper's GPT layer."""
     tp: int = 1
     sp: bool = False
     loss_parallel: bool = False
-    float8: bool = False
+    float8: str | None = None
     async_tp: bool = False
     dp: int = 1
     fsdp: bool = False
     batch: int = 1
+    micro_batches: int = 1
     seq: int = 8192
     dtype_bytes: int = 2
-    checkpoint: bool = False
+    ac: str = "none"
+    reduce_fp32: bool = True
     activations: str = "llama"
+
+    def __post_init__(self):
+        if self.float8 is True:
+            object.__setattr__(self, "float8", "tensorwise")
+        elif self.float8 is False:
+            object.__setattr__(self, "float8", None)
+        if self.float8 is not None and self.float8 not in FLOAT8_RECIPES:
+            raise ValueError(f"Setup(float8=...) must be None or one of {FLOAT8_RECIPES}, got {self.float8!r}")
+        if self.ac not in AC_MODES:
+            raise ValueError(f"Setup(ac=...) must be one of {AC_MODES}, got {self.ac!r}")
+        for name in ("tp", "dp", "batch", "micro_batches", "seq"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"Setup({name}=...) must be a positive integer, got {value!r}")
 
     @property
     def gpus(self) -> int:
         return self.tp * self.dp
 
-
-def _link(gpu: GPU, link: str) -> tuple[float, float]:
-    if link == "nvlink":
-        return gpu.nvlink_bw, gpu.nvlink_alpha
-    if link == "ib":
-        return gpu.ib_bw, gpu.ib_alpha
-    raise ValueError(f"link must be 'nvlink' or 'ib', got {link!r}")
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step."""
+        return self.dp * self.batch * self.micro_batches
 
 
 def ring_steps(op: str, world: int) -> int:
@@ -140,32 +176,33 @@ def ring_steps(op: str, world: int) -> int:
     return steps * (world - 1)
 
 
-def ring_terms(op: str, nbytes: float, world: int, gpu: GPU, link: str = "nvlink") -> tuple[float, float]:
-    """(bandwidth seconds, latency seconds) of one ring collective over ``world`` ranks of a buffer of
+def ring_terms(op: str, nbytes: float, world: int, gpu: GPU, link: str = "nvlink",
+               nodes: int | None = None) -> tuple[float, float]:
+    """(bandwidth seconds, latency seconds) of one collective over ``world`` ranks of a buffer of
     ``nbytes`` (the FULL tensor: the all-gather's output, the reduce-scatter's input, the all-reduce's
-    buffer), as NCCL's cost model prices it; B and α are the link's, β = 1/B:
+    buffer), as NCCL's cost model prices it. ``link="nvlink"``: every rank in one node; ``link="ib"``: the
+    ranks spread over ``nodes`` nodes (default: one rank per node). B is the achieved busBw:
 
-    * all_reduce:                 2(t-1)/t · nbytes / B,   base + 2(t-1)·α  (a reduce-scatter, then an all-gather)
-    * all_gather, reduce_scatter:  (t-1)/t · nbytes / B,   base +  (t-1)·α"""
-    bw, alpha = _link(gpu, link)
+    * all_reduce:                 2(t-1)/t · nbytes / B,   base + 2(t-1) steps of α  (NVLS inside a node)
+    * all_gather, reduce_scatter:  (t-1)/t · nbytes / B,   base +  (t-1) steps of α
+
+    Across n nodes only k·(n-1) steps (k = 2 for an all-reduce, else 1) pay the network's α."""
+    if link not in ("nvlink", "ib"):
+        raise ValueError(f"link must be 'nvlink' or 'ib', got {link!r}")
     steps = ring_steps(op, world)
     if world <= 1:
         return 0.0, 0.0
-    return steps * nbytes / world / bw, NCCL_BASE_LATENCY + steps * alpha
+    if link == "nvlink":
+        bw = gpu.nvls_busbw if op == "all_reduce" else gpu.nvlink_busbw
+        return steps * nbytes / world / bw, NCCL_BASE_LATENCY + steps * gpu.nvlink_alpha
+    nodes = world if nodes is None else nodes
+    crossing = (steps // (world - 1)) * (nodes - 1)
+    other = max(gpu.nvlink_alpha, 3 * gpu.net_overhead)
+    return (steps * nbytes / world / gpu.ib_busbw,
+            NCCL_BASE_LATENCY + crossing * gpu.ib_alpha + (steps - crossing) * other)
 
 
-def collective_time(op: str, nbytes: float, world: int, gpu: GPU, link: str = "nvlink") -> float:
-    """Seconds for one ring collective: the sum of :func:`ring_terms`."""
-    return sum(ring_terms(op, nbytes, world, gpu, link))
-
-
-# Fraction of peak FLOP/s a well-tuned training step sustains. torchtitan's benchmarks (its
-# llama3_h100_202412_torchtitan.md) report 33% to 39% MFU for Llama 3.1 8B on 8 and 128 H100s (FSDP,
-# bf16); we take 0.38.
-DEFAULT_MFU = 0.38
-# float8 matmuls have twice the peak, but the casts, amax reductions and scaling around them are
-# memory-bound work the peak does not see: we let the blocks' fp8 matmuls reach FLOAT8_EFFICIENCY of
-# the bf16 efficiency, i.e. a 2 x 0.7 = 1.4x faster block matmul. Chosen so that torchtitan's Llama 3.1
-# 8B table (FSDP + compile: 6,667 -> 8,532 tokens/s/GPU with float8, 1.28x) comes out; the 70B TP
-# table (float8 tensorwise, 1.36x) is then an independent check (see published_checks).
-FLOAT8_EFFICIENCY = 0.7
+def collective_time(op: str, nbytes: float, world: int, gpu: GPU, link: str = "nvlink",
+                    nodes: int | None = None) -> float:
+    """Seconds for one collective: the sum of :func:`ring_terms`."""
+    return sum(ring_terms(op, nbytes, world, gpu, link, nodes))

@@ -1,37 +1,44 @@
-"""Plan a training run: which (TP, SP, loss_parallel, float8, async TP, FSDP/DP) layouts fit, and how fast.
+"""Plan a training run: which layouts fit a global batch on a cluster, how fast they run, and how sure
+the model is.
 
     python -m tensorplay_edu.cluster.search --model llama3-70b --gpus 64 --gpu h100 --seq 8192
-    python -m tensorplay_edu.cluster.search --model llama3-8b --gpus 8 --batch 2 --top 5
+    python -m tensorplay_edu.cluster.search --model llama3-8b --gpus 8 --global-batch 16 --json
 
-or, from a notebook, ``feasible, refused = plan("llama3-70b", 64, "h100", seq=8192, batch=1)``.
+or, from a notebook, ``feasible, refused = plan("llama3-70b", 64, "h100", seq=8192, global_batch=64)``.
 
-Every number comes from :mod:`tensorplay_edu.cluster` (its docstrings state the conventions): memory
-per GPU by component, the predicted step time and tokens/s. The planner tries every TP degree t that
-divides the GPU count, and, for t > 1, SP on or off, loss_parallel on or off, async TP (with SP only:
-it fuses SP's all-gather and reduce-scatter into the matmuls), float8 on or off, and over the
-remaining d = gpus / t ranks plain DP or FSDP, each with and without full activation checkpointing
-("ac": a third more compute for far less activation memory). A layout is refused when t does not
-divide the heads or KV heads, when t is larger than one node (TP's traffic would cross InfiniBand),
-when SP cannot split the sequence, or when it does not fit in HBM less a reserve (``RESERVE``, 10% by
-default: the CUDA context, NCCL's buffers and the caching allocator's fragmentation take a few GB that
-``scale.memory`` does not count. That is a floor, not a bound: torchtitan's Llama 3 70B run on 256 H100s
-(FSDP 32 x TP 8, float8, full activation checkpointing, batch 16) peaks 20 GB above ``scale.memory``'s count;
-``published_checks`` shows the row).
+Every layout runs the same global batch (sequences per optimizer step) on all the GPUs, so their step
+times compare like for like. For each TP degree t (dividing the heads, inside a node) the d = gpus / t
+data-parallel replicas share the batch; each runs it as micro-batches (gradient accumulation), the
+largest that fits. The planner tries SP, loss_parallel and async TP (with SP), every float8 recipe,
+plain DP or FSDP, and no, selective or full activation checkpointing. It refuses what cannot run or
+does not fit in HBM less ``RESERVE`` (the CUDA context and NCCL's buffers, outside the allocator peaks
+the memory model is checked against). Two honesty rules come from ``published.error_bands``:
+
+* **risky**: a layout whose memory estimate, divided by the model's lowest memory ratio on published
+  peaks (it under-counts by up to that), would not fit. Risky layouts rank after every safe one.
+* **tie**: a safe layout whose step time is within the ``ranking`` band of the best (the model's largest
+  error on the speed-up of one layout over another of the same job). The model cannot order ties, so they
+  are listed smallest TP first: fewer collectives on the critical path.
+
+When no layout fits, the planner names what the job needs beyond TP and data parallelism (pipeline or
+context parallelism): outside this model, as are HSDP, ZeRO-1/2 and CPU offload.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from .memory_use import memory
-from .model import GPU, GPUS, MODELS, Model, Setup
+from .model import FLOAT8_RECIPES, GPU, GPUS, MODELS, Model, Setup
+from .published import error_bands
 from .timing import step_time
 
-__all__ = ["plan", "format_plan", "main"]
+__all__ = ["plan", "needs", "format_plan", "plan_json", "main", "RESERVE"]
 
-_GB = 1e9
-RESERVE = 0.10  # fraction of HBM a plan leaves free
+_GIB = 2 ** 30
+RESERVE = 0.05  # fraction of HBM a plan leaves free
 
 
 def _resolve(model, gpu) -> tuple[Model, GPU]:
@@ -46,21 +53,21 @@ def _resolve(model, gpu) -> tuple[Model, GPU]:
     return model, gpu
 
 
-def _layouts(gpus: int, seq: int, batch: int):
-    """Every Setup the planner considers, TP degree first."""
+def _layouts(gpus: int, seq: int):
+    """Every layout the planner considers (micro-batching aside), TP degree first."""
     for t in (t for t in range(1, gpus + 1) if gpus % t == 0):
         d = gpus // t
         tp_options = [(False, False, False)] if t == 1 else \
             [(sp, lp, asy) for sp in (False, True) for lp in (False, True) for asy in (False, True) if sp or not asy]
         for sp, lp, asy in tp_options:
-            for f8 in (False, True):
+            for f8 in (None, *FLOAT8_RECIPES):
                 for fsdp in ((False, True) if d > 1 else (False,)):
-                    for ac in (False, True):
+                    for ac in ("none", "selective", "full"):
                         yield Setup(tp=t, sp=sp, loss_parallel=lp, float8=f8, async_tp=asy, dp=d, fsdp=fsdp,
-                                    batch=batch, seq=seq, checkpoint=ac)
+                                    seq=seq, ac=ac)
 
 
-def _why_not(model: Model, gpu: GPU, s: Setup) -> str | None:
+def _why_not(model: Model, gpu: GPU, s: Setup, global_batch: int) -> str | None:
     """The structural reasons a layout cannot run (before memory), or None."""
     why = []
     for name, n in (("heads", model.heads), ("KV heads", model.kv_heads)):
@@ -70,121 +77,200 @@ def _why_not(model: Model, gpu: GPU, s: Setup) -> str | None:
         why.append(f"larger than a node of {gpu.gpus_per_node} GPUs (TP traffic would cross InfiniBand)")
     if s.sp and s.seq % s.tp:
         why.append(f"SP cannot split seq={s.seq} into {s.tp} equal pieces")
-    return f"tp={s.tp}: " + "; ".join(why) if why else None
+    if why:
+        return f"tp={s.tp}: " + "; ".join(why)
+    if global_batch % s.dp:
+        return (f"tp={s.tp}: the global batch of {global_batch} sequences does not split evenly over its "
+                f"{s.dp} data-parallel replicas" + (" (fewer sequences than replicas)" if global_batch < s.dp else ""))
+    return None
 
 
-def plan(model, gpus: int, gpu="h100", seq: int = 8192, batch: int = 1, reserve: float = RESERVE):
-    """``(feasible, refused)`` for ``model`` (name or Model) on ``gpus`` GPUs of kind ``gpu``; a layout fits
-    when its memory per GPU is at most ``(1 - reserve)`` of the HBM.
+def plan(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int | None = None, reserve: float = RESERVE):
+    """``(feasible, refused)`` for ``model`` (name or Model) on ``gpus`` GPUs of kind ``gpu`` at a global
+    batch of ``global_batch`` sequences of ``seq`` tokens (default: one per GPU).
 
-    ``feasible``: dicts ``{"setup", "memory" (bytes by component), "total" (bytes), "time"
-    (:func:`tensorplay_edu.cluster.step_time`)}``, best first (most tokens/s; then smaller TP; then least memory).
-    ``refused``: dicts ``{"setup", "reason", "over" (bytes over the usable HBM, 0 for a structural reason)}``,
-    structural reasons first, then out of memory closest to fitting first."""
+    ``feasible``: dicts ``{"setup", "memory" (bytes by component), "total" (bytes), "time" (:func:`step_time`),
+    "risky", "tie_with_best"}``, ordered as the module docstring says; each setup carries the micro-batch
+    (``batch``) and ``micro_batches`` chosen: the fastest safe one, else the fastest that fits.
+    ``refused``: dicts ``{"setup", "reason", "over" (bytes over the usable HBM at one sequence per
+    micro-batch; 0 for a structural reason)}``, structural reasons first, then closest to fitting first."""
     model, gpu = _resolve(model, gpu)
-    for name, value in (("gpus", gpus), ("seq", seq), ("batch", batch)):
+    global_batch = gpus if global_batch is None else global_batch
+    for name, value in (("gpus", gpus), ("seq", seq), ("global_batch", global_batch)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if isinstance(reserve, bool) or not isinstance(reserve, (int, float)) or not 0 <= reserve < 1:
         raise ValueError(f"reserve must be a fraction of HBM in [0, 1), got {reserve!r}")
-    usable = (1 - reserve) * gpu.hbm_bytes
     if gpus > gpu.gpus_per_node and gpus % gpu.gpus_per_node:
         raise ValueError(f"gpus={gpus} is not a whole number of {gpu.gpus_per_node}-GPU nodes: "
                          f"use a multiple of {gpu.gpus_per_node} (or at most one node)")
+    usable, bands = (1 - reserve) * gpu.hbm_bytes, error_bands()
+    under = bands["memory"][0]
     feasible, refused = [], []
-    for s in _layouts(gpus, seq, batch):
-        reason = _why_not(model, gpu, s)
+    for base in _layouts(gpus, seq):
+        reason = _why_not(model, gpu, base, global_batch)
         if reason:
-            refused.append({"setup": s, "reason": reason, "over": 0.0})
+            refused.append({"setup": base, "reason": reason, "over": 0.0})
             continue
-        mem = memory(model, s)
-        total = sum(mem.values())
-        if total > usable:
-            over = total - usable
-            refused.append({"setup": s, "over": over, "reason": f"out of memory: {total / _GB:.1f} GB per GPU, "
-                            f"{over / _GB:.1f} GB over the {usable / _GB:.0f} GB usable "
-                            f"({1 - reserve:.0%} of {gpu.hbm_bytes / _GB:.0f} GB HBM)"})
-            continue
-        feasible.append({"setup": s, "memory": mem, "total": total, "time": step_time(model, s, gpu)})
-    # ties (async hiding all TP traffic, loss_parallel changing memory only): the smaller TP degree, then
-    # the fewer bytes
-    feasible.sort(key=lambda r: (-round(r["time"]["tokens_per_s"], 3), r["setup"].tp, r["total"]))
+        per_replica, options = global_batch // base.dp, []
+        for b in (b for b in range(1, per_replica + 1) if per_replica % b == 0):
+            s = Setup(**{**base.__dict__, "batch": b, "micro_batches": per_replica // b})
+            mem = memory(model, s)
+            total = sum(mem.values())
+            if total > usable:
+                if b == 1:
+                    refused.append({"setup": s, "over": total - usable, "reason":
+                                    f"out of memory even at one sequence per micro-batch: {total / _GIB:.1f} GiB "
+                                    f"per GPU, {(total - usable) / _GIB:.1f} GiB over the {usable / _GIB:.1f} GiB "
+                                    f"usable ({1 - reserve:.0%} of {gpu.hbm_bytes / _GIB:.1f} GiB)"})
+                break  # a larger micro-batch needs more
+            options.append({"setup": s, "memory": mem, "total": total, "time": step_time(model, s, gpu),
+                            "risky": total / under > usable})
+        if options:
+            feasible.append(min(options, key=lambda r: (r["risky"], r["time"]["total"])))
+    safe = [r["time"]["total"] for r in feasible if not r["risky"]]
+    best = min(safe or [r["time"]["total"] for r in feasible] or [0.0])
+    tolerance = max(bands["ranking"][1] - 1, 1 - bands["ranking"][0])
+    for r in feasible:
+        r["tie_with_best"] = not r["risky"] and r["time"]["total"] <= best * (1 + tolerance)
+    feasible.sort(key=lambda r: (r["risky"], not r["tie_with_best"], r["setup"].tp if r["tie_with_best"] else 0,
+                                 r["time"]["total"], r["total"]))
     refused.sort(key=lambda r: (r["over"] > 0, r["over"], r["setup"].tp))
     return feasible, refused
 
 
+def needs(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int | None = None,
+          reserve: float = RESERVE) -> str | None:
+    """What a job needs beyond this model's TP and data parallelism when no layout fits, by name, or None."""
+    feasible, refused = plan(model, gpus, gpu, seq, global_batch, reserve)
+    if feasible:
+        return None
+    model, gpu = _resolve(model, gpu)
+    global_batch = gpus if global_batch is None else global_batch
+    memory_refusals = [r for r in refused if r["over"] > 0]
+    if not memory_refusals:
+        return (f"pipeline parallelism: a global batch of {global_batch} sequences cannot be shared by the data-parallel "
+                f"replicas of any TP degree up to a node ({gpu.gpus_per_node}); pipeline stages need fewer replicas "
+                "(or raise --global-batch). Outside this model")
+    closest = memory_refusals[0]["setup"]
+    state = sum(v for k, v in memory(model, closest).items() if k in ("weights", "gradients", "optimizer", "working"))
+    if state > (1 - reserve) * gpu.hbm_bytes:
+        where = f"tp={closest.tp}" + (f" with FSDP over {closest.dp}" if closest.fsdp else "")
+        return (f"pipeline parallelism: at {where}, the weights, gradients, optimizer state and their buffers "
+                f"alone take {state / _GIB:.1f} GiB per GPU. Outside this model")
+    return (f"context parallelism (or pipeline parallelism): one sequence of {seq} tokens per micro-batch does not "
+            f"fit even with full activation checkpointing at tp={closest.tp}. Outside this model")
+
+
 def _name(s: Setup) -> str:
     parts = [f"tp={s.tp}"] + [n for n, on in (("sp", s.sp), ("loss_parallel", s.loss_parallel),
-                                              ("async", s.async_tp), ("float8", s.float8),
-                                              ("ac", s.checkpoint)) if on]
+                                              ("async", s.async_tp)) if on]
+    parts += [f"float8={s.float8}"] if s.float8 else []
+    parts += [f"ac={s.ac}"] if s.ac != "none" else []
     parts.append(f"{'fsdp' if s.fsdp else 'dp'}={s.dp}")
     return " ".join(parts)
 
 
-def format_plan(model, gpus: int, gpu="h100", seq: int = 8192, batch: int = 1, top: int = 10,
+def _layout_fields(s: Setup) -> dict:
+    return {"tp": s.tp, "dp": s.dp, "fsdp": s.fsdp, "ac": s.ac, "sp": s.sp, "loss_parallel": s.loss_parallel,
+            "async_tp": s.async_tp, "float8": s.float8}
+
+
+def plan_json(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int | None = None,
+              reserve: float = RESERVE) -> dict:
+    """The plan as plain data (what ``--json`` prints): ``{"layouts": [...], "refused": [...], ...}``."""
+    feasible, refused = plan(model, gpus, gpu, seq, global_batch, reserve)
+    model, gpu = _resolve(model, gpu)
+    layouts = [{**_layout_fields(r["setup"]), "micro_batch": r["setup"].batch,
+                "micro_batches": r["setup"].micro_batches, "memory_gib": r["total"] / _GIB,
+                "memory_parts_gib": {k: v / _GIB for k, v in r["memory"].items()}, "step_s": r["time"]["total"],
+                "tokens_per_s_per_gpu": r["time"]["tokens_per_s_per_gpu"], "mfu": r["time"]["mfu"],
+                "tie_with_best": r["tie_with_best"], "risky": r["risky"]} for r in feasible]
+    return {"model": model.name, "gpus": gpus, "gpu": gpu.name, "seq": seq,
+            "global_batch": gpus if global_batch is None else global_batch,
+            "usable_gib": (1 - reserve) * gpu.hbm_bytes / _GIB, "error_bands": error_bands(),
+            "needs": needs(model, gpus, gpu, seq, global_batch, reserve) if not feasible else None,
+            "layouts": layouts,
+            "refused": [{"layout": _layout_fields(r["setup"]), "reason": r["reason"]} for r in refused]}
+
+
+def format_plan(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int | None = None, top: int = 10,
                 reserve: float = RESERVE) -> str:
     """The planner's report as text (what the command line prints)."""
-    model, gpu = _resolve(model, gpu)
-    feasible, refused = plan(model, gpus, gpu, seq, batch, reserve)
-    n = len(feasible) + len(refused)
-    lines = [f"{model.name} ({model.params() / 1e9:.1f}B) on {gpus} x {gpu.name} ({gpu.hbm_bytes / _GB:.0f} GB, "
-             f"{1 - reserve:.0%} usable), seq {seq}, batch {batch} per data-parallel rank: {len(feasible)} of {n} "
-             "layouts fit",
-             "memory per GPU in GB; times per step in s; ac = full activation checkpointing", ""]
+    data = plan_json(model, gpus, gpu, seq, global_batch, reserve)
+    feasible, refused, bands = data["layouts"], data["refused"], data["error_bands"]
+    lines = [f"{data['model']} on {gpus} x {data['gpu']}, {data['usable_gib']:.1f} GiB usable per GPU, "
+             f"global batch {data['global_batch']} x {seq} tokens: {len(feasible)} layouts fit, {len(refused)} refused",
+             f"model error on published runs (ours / theirs): tokens/s {bands['time'][0]:.2f}-{bands['time'][1]:.2f}, "
+             f"one layout over another {bands['ranking'][0]:.2f}-{bands['ranking'][1]:.2f}, peak memory "
+             f"{bands['memory'][0]:.2f}-{bands['memory'][1]:.2f}",
+             "tie = within that ranking error of the best (the model cannot order them); risky = fits only if the "
+             "memory estimate is not low", ""]
     if feasible:
-        head = (f"{'#':>3} {'layout':<46}{'weights':>8}{'grads':>7}{'optim':>7}{'activ':>7}{'logits':>7}"
-                f"{'total':>7}  {'compute':>8}{'tp comm':>8}{'dp comm':>8}{'exposed':>8}{'step':>7}{'tok/s/GPU':>10}")
+        names = [_name(Setup(**{k: r[k] for k in _layout_fields(Setup())})) for r in feasible[:top]]
+        w = max(len(n) for n in names) + 2
+        head = (f"{'#':>3} {'layout':<{w}}{'micro':>7}{'state':>7}{'work':>6}{'activ':>7}{'logits':>7}{'GiB':>7}"
+                f"{'step s':>8}{'tok/s/GPU':>10}{'MFU':>6}  note")
         lines += [head, "-" * len(head)]
-        for i, r in enumerate(feasible[:top], 1):
-            m, t = r["memory"], r["time"]
-            lines.append(f"{i:>3} {_name(r['setup']):<46}" + "".join(
-                f"{m[k] / _GB:>{w}.1f}" for k, w in (("weights", 8), ("gradients", 7), ("optimizer", 7),
-                                                     ("activations", 7), ("logits", 7)))
-                + f"{r['total'] / _GB:>7.1f}  {t['compute']:>8.2f}{t['tp_comm']:>8.2f}{t['dp_comm']:>8.2f}{t['exposed']:>8.2f}"
-                  f"{t['total']:>7.2f}{t['tokens_per_s_per_gpu']:>10,.0f}")
+        for i, (r, name) in enumerate(zip(feasible, names), 1):
+            m = r["memory_parts_gib"]
+            state = m["weights"] + m["gradients"] + m["optimizer"]
+            note = ", ".join(n for n, on in (("tie", r["tie_with_best"]), ("risky", r["risky"])) if on)
+            lines.append(f"{i:>3} {name:<{w}}"
+                         f"{r['micro_batch']:>4}x{r['micro_batches']:<2}{state:>7.1f}{m['working']:>6.1f}"
+                         f"{m['activations'] + m['backward']:>7.1f}{m['logits']:>7.1f}{r['memory_gib']:>7.1f}"
+                         f"{r['step_s']:>8.2f}{r['tokens_per_s_per_gpu']:>10,.0f}{r['mfu']:>6.0%}  {note}")
         if len(feasible) > top:
             lines.append(f"    ... and {len(feasible) - top} more that fit (--top to see them)")
     else:
-        lines.append("nothing fits: add GPUs, shorten --seq or lower --batch")
+        lines.append(f"nothing fits: this job needs {data['needs']}")
     if refused:
         lines += ["", "refused:"]
-        by_reason: dict[str, list[Setup]] = {}
+        by_reason: dict[str, int] = {}
         for r in refused:  # structural reasons: one line per TP degree; memory: one line per layout
-            key = r["reason"] if r["over"] == 0 else f"{_name(r['setup'])}: {r['reason']}"
-            by_reason.setdefault(key, []).append(r["setup"])
+            key = r["reason"] if "memory" not in r["reason"] else \
+                f"{_name(Setup(**r['layout']))}: {r['reason']}"
+            by_reason[key] = by_reason.get(key, 0) + 1
         items = list(by_reason.items())
-        for reason, setups in items[:top]:
-            lines.append(f"  {reason}" + (f" ({len(setups)} layouts)" if len(setups) > 1 else ""))
+        lines += [f"  {reason}" + (f" ({n} layouts)" if n > 1 else "") for reason, n in items[:top]]
         if len(items) > top:
             lines.append(f"  ... and {len(items) - top} more (--top to see them)")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tensorplay_edu.cluster.search", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tensorplay_edu.cluster.search",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="llama3-70b", help=f"one of: {', '.join(MODELS)}")
     parser.add_argument("--gpus", type=int, default=64, help="GPUs in the job (a whole number of nodes)")
     parser.add_argument("--gpu", default="h100", help=f"one of: {', '.join(GPUS)}")
     parser.add_argument("--seq", type=int, default=8192, help="tokens per sequence")
-    parser.add_argument("--batch", type=int, default=1, help="sequences per data-parallel rank")
+    parser.add_argument("--global-batch", type=int, default=None,
+                        help="sequences per optimizer step (default: one per GPU)")
     parser.add_argument("--top", type=int, default=10, help="how many layouts (and refusals) to print")
     parser.add_argument("--reserve", type=float, default=RESERVE,
-                        help="fraction of HBM left free for the CUDA context, NCCL and fragmentation (default 0.1)")
+                        help=f"fraction of HBM left free for the CUDA context and NCCL (default {RESERVE})")
+    parser.add_argument("--json", action="store_true", help="print the whole plan as JSON")
     args = parser.parse_args(argv)
     if args.model not in MODELS:
         parser.error(f"argument --model: unknown model {args.model!r}; known models: {', '.join(MODELS)}")
     if args.gpu not in GPUS:
         parser.error(f"argument --gpu: unknown gpu {args.gpu!r}; known: {', '.join(GPUS)}")
-    for name in ("gpus", "seq", "batch", "top"):
-        if getattr(args, name) <= 0:
-            parser.error(f"argument --{name}: must be a positive integer, got {getattr(args, name)}")
+    for name in ("gpus", "seq", "top", "global_batch"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            parser.error(f"argument --{name.replace('_', '-')}: must be a positive integer, got {value}")
     node = GPUS[args.gpu].gpus_per_node
     if args.gpus > node and args.gpus % node:
         parser.error(f"argument --gpus: {args.gpus} is not a whole number of {node}-GPU nodes; "
                      f"use a multiple of {node} (e.g. {args.gpus // node * node or node}) or at most {node}")
     if not 0 <= args.reserve < 1:
         parser.error(f"argument --reserve: a fraction of HBM in [0, 1), got {args.reserve}")
-    print(format_plan(args.model, args.gpus, args.gpu, args.seq, args.batch, args.top, args.reserve))
+    if args.json:
+        print(json.dumps(plan_json(args.model, args.gpus, args.gpu, args.seq, args.global_batch, args.reserve),
+                         indent=1))
+    else:
+        print(format_plan(args.model, args.gpus, args.gpu, args.seq, args.global_batch, args.top, args.reserve))
     return 0
 
 

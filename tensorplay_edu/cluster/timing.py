@@ -1,45 +1,116 @@
 """Step time: the half of :mod:`tensorplay_edu.cluster` that counts seconds.
 
-FLOPs at a sustained fraction of the peak, each TP collective of a block priced by
-:func:`tensorplay_edu.cluster.ring_terms` (and hidden under its own matmul by async TP), the data-parallel
-gradient traffic, and when TP stops paying (compute against TP traffic per block). Import it from
-``tensorplay_edu.cluster``.
+A step is ``micro_batches`` forward-backward passes and one optimizer update. Each matmul costs its FLOPs
+at a fitted efficiency or the bytes it reads and writes at a fitted share of HBM bandwidth, whichever is
+longer (a narrow per-rank matmul, t large, turns memory-bound); attention costs its causal FLOPs; each TP collective of
+a block is priced by :func:`tensorplay_edu.cluster.ring_terms` (and hidden under its own matmul by async
+TP); FSDP gathers and reduces every layer once per micro-batch, behind the compute when it fits.
+The efficiencies and which published runs they were fitted to are in ``calibration.py``.
+
+Left out: the embedding's, output layer's and loss_parallel's own collectives (about 2% of a step's TP
+traffic at L = 32), memory-bound work other than the matmuls and the optimizer (norms, casts: folded into
+the fitted efficiency), and any overlap torch.compile finds beyond async TP's rings.
 """
 
 from __future__ import annotations
 
 import math
 
-from .model import (DEFAULT_MFU, FLOAT8_EFFICIENCY, GPU, NCCL_BASE_LATENCY, Model, Setup, _link,
-                    collective_time)
+from .calibration import CALIBRATED, DEFAULT_MFU, Efficiency
+from .model import GPU, NCCL_BASE_LATENCY, Model, Setup, collective_time
 
-__all__ = ["tp_collectives_per_layer", "tp_bytes_per_layer", "tp_rings", "step_time", "tp_compute_over_comm",
+__all__ = ["block_matmuls", "matmul_seconds", "compute_seconds", "reported_flops", "tp_collectives_per_layer",
+           "tp_bytes_per_layer", "tp_rings", "dp_seconds", "step_time", "tp_compute_over_comm",
            "tp_crossover_tokens", "tp_max_inside"]
 
 
+def block_matmuls(model: Model, setup: Setup) -> dict[str, tuple[int, int, int]]:
+    """One block's weight matmuls on one rank for one micro-batch, as (M, N, K) of the forward pass
+    ``[M, K] @ [K, N]``: M = b·s tokens; colwise weights (wq, wk, wv, w1, w3) keep N/t columns, rowwise
+    ones (wo, w2) K/t rows. Backward runs two more of the same FLOPs (input and weight gradients)."""
+    n, h, kv, f, t = setup.batch * setup.seq, model.dim, model.kv_heads * model.head_dim, model.ffn, setup.tp
+    return {"wq": (n, h // t, h), "wk": (n, kv // t, h), "wv": (n, kv // t, h), "wo": (n, h, h // t),
+            "w1": (n, f // t, h), "w3": (n, f // t, h), "w2": (n, h, f // t)}
+
+
+def matmul_seconds(m: int, n: int, k: int, gpu: GPU, fp8: str | None = None, p: int = 2,
+                   eff: Efficiency = CALIBRATED) -> float:
+    """One pass of an [m, k] @ [k, n] matmul, the roofline: the longer of its 2mnk FLOPs at ``eff.matmul``
+    of the peak (the fp8 peak times ``eff.float8[fp8]`` for a float8 recipe) and its p·(mk + kn + mn)
+    bytes at ``eff.hbm`` of the HBM bandwidth. A narrow slice (wk and wv at a large t) reads its whole
+    input to compute a thin output, and turns memory-bound."""
+    rate = gpu.bf16_flops if fp8 is None else gpu.fp8_flops * eff.float8[fp8]
+    return max(2 * m * n * k / (rate * eff.matmul), p * (m * k + k * n + m * n) / (gpu.hbm_bw * eff.hbm))
+
+
+def _block_passes(setup: Setup) -> list[str | None]:
+    """The precision of a block matmul's three passes (forward, input grad, weight grad)."""
+    if setup.float8 == "rowwise_with_gw_hp":
+        return ["rowwise", "rowwise", None]
+    return [setup.float8] * 3
+
+
+def compute_seconds(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED) -> dict[str, float]:
+    """Seconds of one micro-batch's forward and backward on one GPU, by part:
+
+    * ``matmuls``: the blocks' weight matmuls, three passes each (:func:`matmul_seconds`);
+    * ``attention``: QKᵀ and AV on the causal half of the s×s square, 2·b·s²·h/t FLOPs forward; flash
+      attention's backward computes QKᵀ again, so 2.5 times that backward; at the bf16 matmul efficiency
+      (at 32k tokens attention runs slower than that: the published 32k run is our largest error);
+    * ``output``: the output layer (bf16 under every float8 recipe, as torchtitan converts only the blocks);
+    * ``recompute``: full AC runs each block's forward again (matmuls and attention), selective AC
+      (torchtitan's per-op policy, which saves every other matmul) only wk, wo and w3 — the output layer
+      is outside the checkpointed blocks."""
+    passes, t = _block_passes(setup), setup.tp
+    mm = block_matmuls(model, setup)
+    one = {name: [matmul_seconds(*shape, gpu, fp8, eff=eff) for fp8 in passes] for name, shape in mm.items()}
+    matmuls = model.layers * sum(sum(v) for v in one.values())
+    attn_fwd = 2 * setup.batch * setup.seq ** 2 * model.dim / t / (gpu.bf16_flops * eff.matmul)
+    attention = model.layers * 3.5 * attn_fwd
+    output = 3 * matmul_seconds(setup.batch * setup.seq, model.vocab // t, model.dim, gpu, eff=eff)
+    if setup.ac == "full":
+        recompute = model.layers * (sum(v[0] for v in one.values()) + attn_fwd)
+    elif setup.ac == "selective":
+        recompute = model.layers * sum(one[name][0] for name in ("wk", "wo", "w3"))
+    else:
+        recompute = 0.0
+    return {"matmuls": matmuls, "attention": attention, "output": output, "recompute": recompute}
+
+
+def reported_flops(model: Model, setup: Setup) -> float:
+    """FLOPs of one step per GPU as torchtitan counts them to report MFU: 6 per matmul weight and token
+    (the output layer counts, the embedding lookup does not) plus attention's 12·L·s²·h per sequence, the
+    whole square (the causal saving and recomputation are not counted)."""
+    tokens = setup.global_batch * setup.seq / setup.gpus
+    return tokens * (6 * (model.layers * model.layer_params() + model.vocab * model.dim)
+                     + 12 * model.layers * setup.seq * model.dim)
+
+
 def tp_collectives_per_layer(model: Model, setup: Setup) -> list[tuple[str, str, float]]:
-    """The TP collectives of one block in one training step, as (phase, op, full buffer bytes): what
+    """The TP collectives of one block in one micro-batch, as (phase, op, full buffer bytes): what
     CommDebugMode records for :func:`tensorplay_edu.models.parallelize_llama`'s plans.
 
     * vanilla (no SP): forward, wo and w2 all-reduce their [b, s, h] output; backward, the transposes
       (one ``f`` per block input, shared by wq/wk/wv and by w1/w3): 2 + 2 all-reduces of b·s·h.
     * SP: each all-reduce becomes an all-gather (block input) and a reduce-scatter (block output), the
       same bytes on the wire; backward the transposes, plus one all-reduce per norm weight gradient (h).
-    * float8 (tensorwise): with SP the forward all-gathers and backward's gradient all-gathers move 1-byte
-      float8; every scale needs a global amax: a one-number all-reduce per sharded tensor (9 + 2·SP
-      forward, 5 + 2·SP backward), counted padded to one element per rank as CommDebugMode does."""
+    * float8 tensorwise (this package's and torchao's float8 TP plan): with SP the forward all-gathers and
+      backward's gradient all-gathers move 1-byte float8, and every scale needs a global amax: a
+      one-number all-reduce per sharded tensor (9 + 2·SP forward, 5 + 2·SP backward), counted padded to
+      one element per rank as CommDebugMode does. The rowwise recipes communicate in bf16."""
     t, e = setup.tp, setup.batch * setup.seq * model.dim  # e: elements of one [b, s, h] activation
     if t == 1:
         return []
+    tensorwise = setup.float8 == "tensorwise"
     full = e * setup.dtype_bytes
-    low = e * (1 if setup.float8 else setup.dtype_bytes)
+    low = e * (1 if tensorwise else setup.dtype_bytes)
     if setup.sp:
         out = [("forward", "all_gather", low), ("forward", "reduce_scatter", full)] * 2
         out += [("backward", "reduce_scatter", full), ("backward", "all_gather", low)] * 2
         out += [("backward", "all_reduce", model.dim * 4.0)] * 2  # norm weights' grads (fp32 params)
     else:
         out = [("forward", "all_reduce", full)] * 2 + [("backward", "all_reduce", full)] * 2
-    if setup.float8:
+    if tensorwise:
         amax = 4.0 * t  # one fp32 number, padded to one per rank
         out += [("forward", "all_reduce", amax)] * (9 + 2 * setup.sp)
         out += [("backward", "all_reduce", amax)] * (5 + 2 * setup.sp)
@@ -56,41 +127,8 @@ def tp_bytes_per_layer(model: Model, setup: Setup) -> dict[str, dict[str, float]
     return out
 
 
-
-def _compute_seconds(model: Model, setup: Setup, gpu: GPU, mfu: float) -> float:
-    """FLOPs per GPU per step / (peak · mfu), counted as torchtitan counts them when it reports the MFU
-    that ``mfu`` stands for. Matmuls: 6 · (matmul params) · (b·s tokens) / t, the 6 being 2 forward + 4
-    backward per weight and token; the output layer counts, the embedding lookup does not. Attention
-    (QKᵀ and AV): 12·L·s²·h·b / t, the whole s×s square: a causal kernel does half of it, but torchtitan's
-    MFU convention does not count that saving, so an MFU measured that way converts this count into
-    seconds. float8 runs the blocks' matmuls at the fp8 peak times FLOAT8_EFFICIENCY (torchtitan converts
-    those; the output layer and attention stay bf16)."""
-    tokens, t = setup.batch * setup.seq, setup.tp
-    blocks = 6 * model.layers * model.layer_params() * tokens / t
-    rest = 6 * model.vocab * model.dim * tokens / t + 12 * model.layers * setup.seq * tokens * model.dim / t
-    block_peak = gpu.fp8_flops * FLOAT8_EFFICIENCY if setup.float8 else gpu.bf16_flops
-    recompute = 8 / 6 if setup.checkpoint else 1  # full AC runs every forward twice: 2 + 2 + 4 per weight
-    return recompute * (blocks / block_peak + rest / gpu.bf16_flops) / mfu
-
-
-def _dp_seconds(model: Model, setup: Setup, gpu: GPU) -> float:
-    """Gradient traffic over the dp ranks (IB once the job spans nodes): DDP all-reduces the bf16 grads
-    in 25 MB buckets; FSDP all-gathers the weights twice (forward, backward) and reduce-scatters the
-    grads, one collective per block each."""
-    if setup.dp == 1:
-        return 0.0
-    link = "ib" if setup.gpus > gpu.gpus_per_node else "nvlink"
-    nbytes = setup.dtype_bytes * model.params() / setup.tp
-    if setup.fsdp:
-        per = nbytes / model.layers
-        return model.layers * (2 * collective_time("all_gather", per, setup.dp, gpu, link)
-                               + collective_time("reduce_scatter", per, setup.dp, gpu, link))
-    buckets = max(1, math.ceil(nbytes / 25e6))
-    return buckets * collective_time("all_reduce", nbytes / buckets, setup.dp, gpu, link)
-
-
-def tp_rings(model: Model, setup: Setup, gpu: GPU, mfu: float = DEFAULT_MFU) -> list[dict]:
-    """One block's TP collectives in one step (those of :func:`tp_collectives_per_layer`), each with
+def tp_rings(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED) -> list[dict]:
+    """One block's TP collectives in one micro-batch (those of :func:`tp_collectives_per_layer`), each with
     its seconds and the seconds of the matmul async TP can overlap it with (0: none):
     ``{"phase", "name", "op", "comm", "matmul"}``.
 
@@ -100,13 +138,11 @@ def tp_rings(model: Model, setup: Setup, gpu: GPU, mfu: float = DEFAULT_MFU) -> 
     output gradients of wo and w2 (their input-gradient matmuls); the reduce-scatters fed by several
     matmuls (wq + wk + wv, w1 + w3), the norm all-reduces and float8's amaxes stay whole. A transfer
     hides only under its own ring's matmul (notebook 10 §6)."""
-    t, n = setup.tp, setup.batch * setup.seq
-    link = "ib" if t > gpu.gpus_per_node else "nvlink"
-    rate = (gpu.fp8_flops * FLOAT8_EFFICIENCY if setup.float8 else gpu.bf16_flops) * mfu
-    h, qkv, f = model.dim, model.dim + 2 * model.kv_heads * model.head_dim, model.ffn
-    # each phase's SP gathers and scatters, in tp_collectives_per_layer's order, and the matmul FLOPs beside them
-    mm = {"attention input": 2 * n * h * qkv / t, "wo": 2 * n * h * h / t, "ffn input": 2 * n * h * 2 * f / t,
-          "w2": 2 * n * f * h / t}
+    t, link = setup.tp, "ib" if setup.tp > gpu.gpus_per_node else "nvlink"
+    fp8 = _block_passes(setup)[0]
+    sec = {name: matmul_seconds(*shape, gpu, fp8, eff=eff) for name, shape in block_matmuls(model, setup).items()}
+    mm = {"attention input": sec["wq"] + sec["wk"] + sec["wv"], "wo": sec["wo"],
+          "ffn input": sec["w1"] + sec["w3"], "w2": sec["w2"]}
     rings, seen = [], {"forward": 0, "backward": 0}
     for phase, op, nbytes in tp_collectives_per_layer(model, setup):
         name, hides = op, 0.0
@@ -114,41 +150,88 @@ def tp_rings(model: Model, setup: Setup, gpu: GPU, mfu: float = DEFAULT_MFU) -> 
             name = list(mm)[seen[phase]]
             seen[phase] += 1
             if phase == "forward" or op == "all_gather":  # backward's reduce-scatters have several feeders
-                hides = mm[name] / rate
+                hides = mm[name]
         rings.append({"phase": phase, "name": name, "op": op, "comm": collective_time(op, nbytes, t, gpu, link),
                       "matmul": hides})
     return rings
 
 
-def step_time(model: Model, setup: Setup, gpu: GPU, mfu: float = DEFAULT_MFU) -> dict[str, float]:
-    """Seconds of one training step per GPU, and tokens/s.
+def _nodes(setup: Setup, gpu: GPU) -> int:
+    return max(1, math.ceil(setup.gpus / gpu.gpus_per_node))
 
-    ``compute`` (see ``_compute_seconds``), ``tp_comm`` (every TP collective of every block, α–β over
-    NVLink inside a node, IB if t spans nodes), ``dp_comm`` (gradient sync). Overlap: DP traffic hides
-    behind compute (bucketed backward, FSDP prefetch) except what exceeds it; TP traffic sits on the
-    critical path (each matmul waits for its input) unless ``async_tp`` (with SP) splits a ring into
-    chunks that overlap its own matmul (:func:`tp_rings`): each hides up to its matmul's time.
-    ``exposed`` is what stays visible."""
-    compute = _compute_seconds(model, setup, gpu, mfu)
-    rings = tp_rings(model, setup, gpu, mfu)
+
+def dp_seconds(model: Model, setup: Setup, gpu: GPU) -> dict[str, float]:
+    """Data-parallel traffic, ``{"per_micro_batch", "per_step", "unhidden"}`` seconds. Over IB once the
+    job spans nodes (one NIC per GPU; only the node-crossing ring steps pay IB's α).
+
+    * FSDP (FSDP2, reshard after forward): per micro-batch, every unit (each block, the embedding, the
+      output layer) is all-gathered twice (forward, backward re-gather) in bf16 — block weights in float8
+      under the tensorwise recipe (torchao's float8 all-gather) — and its gradients reduce-scattered in
+      float32 (``reduce_fp32``) or bf16. The first gather and the last reduce-scatter cannot overlap
+      compute (``unhidden``).
+    * DDP: one all-reduce of the float32 (or bf16) gradients per step, in 25 MB buckets."""
+    d = setup.dp
+    if d == 1:
+        return {"per_micro_batch": 0.0, "per_step": 0.0, "unhidden": 0.0}
+    nodes = _nodes(setup, gpu)
+    link = "ib" if nodes > 1 else "nvlink"
+    red = 4 if setup.reduce_fp32 else setup.dtype_bytes
+    block, edge = model.layer_params() / setup.tp, model.vocab * model.dim / setup.tp
+    if setup.fsdp:
+        gather = 1 if setup.float8 == "tensorwise" else setup.dtype_bytes
+
+        def unit(n, p):
+            return (2 * collective_time("all_gather", n * p, d, gpu, link, nodes),
+                    collective_time("reduce_scatter", n * red, d, gpu, link, nodes))
+        b_ag, b_rs = unit(block, gather)
+        e_ag, e_rs = unit(edge, setup.dtype_bytes)
+        per_mb = model.layers * (b_ag + b_rs) + 2 * (e_ag + e_rs)
+        return {"per_micro_batch": per_mb, "per_step": 0.0, "unhidden": b_ag / 2 + e_rs}
+    nbytes = red * (model.params() - model.norm_params()) / setup.tp
+    buckets = max(1, math.ceil(nbytes / 25e6))
+    return {"per_micro_batch": 0.0, "unhidden": 0.0,
+            "per_step": buckets * collective_time("all_reduce", nbytes / buckets, d, gpu, link, nodes)}
+
+
+def step_time(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED) -> dict[str, float]:
+    """Seconds of one optimizer step per GPU, by part, and its throughput.
+
+    ``compute`` (all micro-batches, :func:`compute_seconds`), ``tp_comm`` (every TP collective of every
+    block, NVLink inside a node), ``dp_comm`` (:func:`dp_seconds`), ``optimizer`` (AdamW reads and writes
+    28 bytes per local parameter at HBM speed), ``exposed`` (communication left on the critical path:
+    ``tp_exposed`` + ``dp_exposed``),
+    ``total``, ``tokens_per_s_per_gpu``, ``tokens_per_s``, ``mfu`` (torchtitan's way, :func:`reported_flops`).
+    Overlap: FSDP's traffic hides behind its micro-batch's compute except what exceeds it and its first
+    gather and last reduce-scatter; DDP's all-reduce behind the last backward; TP traffic sits on the
+    critical path unless ``async_tp`` (with SP) hides each ring under its own matmul."""
+    mb = sum(compute_seconds(model, setup, gpu, eff).values())
+    rings = tp_rings(model, setup, gpu, eff)
     tp = model.layers * sum(r["comm"] for r in rings)
-    dp = _dp_seconds(model, setup, gpu)
-    hidden = sum(min(r["comm"], r["matmul"]) for r in rings) if setup.async_tp and setup.sp else 0.0
-    exposed_tp = tp - model.layers * hidden
-    exposed = exposed_tp + max(0.0, dp - compute)
-    total = compute + exposed
-    per_gpu = setup.batch * setup.seq / setup.tp / total
-    return {"compute": compute, "tp_comm": tp, "dp_comm": dp, "exposed": exposed, "total": total,
-            "tokens_per_s_per_gpu": per_gpu, "tokens_per_s": per_gpu * setup.gpus}
+    hidden = model.layers * sum(min(r["comm"], r["matmul"]) for r in rings) if setup.async_tp and setup.sp else 0.0
+    dp = dp_seconds(model, setup, gpu)
+    dp_exposed = max(0.0, dp["per_micro_batch"] - mb) + dp["unhidden"]
+    ddp_exposed = max(0.0, dp["per_step"] - 2 / 3 * mb)
+    local = (model.params() - model.norm_params()) / setup.tp / (setup.dp if setup.fsdp else 1)
+    optimizer = 28 * local / (gpu.hbm_bw * eff.hbm)
+    k = setup.micro_batches
+    tp_exposed, dp_exposed = k * (tp - hidden), k * dp_exposed + ddp_exposed
+    total = k * mb + tp_exposed + dp_exposed + optimizer
+    per_gpu = setup.global_batch * setup.seq / setup.gpus / total
+    return {"compute": k * mb, "tp_comm": k * tp, "dp_comm": k * dp["per_micro_batch"] + dp["per_step"],
+            "optimizer": optimizer, "tp_exposed": tp_exposed, "dp_exposed": dp_exposed,
+            "exposed": tp_exposed + dp_exposed, "total": total, "tokens_per_s_per_gpu": per_gpu,
+            "tokens_per_s": per_gpu * setup.gpus, "mfu": reported_flops(model, setup) / total / gpu.bf16_flops}
 
 
 def _per_layer_terms(model: Model, gpu: GPU, link: str, tp: int, mfu: float):
     """One block at TP degree ``tp`` (bf16, SP plan): (compute s per token, TP comm s per token, the
     latency of its collectives in s). Per token the block computes 6·P_layer/t FLOPs and SP moves
-    4 all-gathers + 4 reduce-scatters of h bf16 values, (t-1)/t of each; their 8·(t-1) ring steps and
-    the 2·2(t-1) of the two norm-weight all-reduces cost α each, and each of the 10 collectives NCCL's
-    base latency."""
-    bw, alpha = _link(gpu, link)
+    4 all-gathers + 4 reduce-scatters of h bf16 values, (t-1)/t of each at NCCL's achieved bandwidth;
+    their 8·(t-1) ring steps and the 2·2(t-1) of the two norm-weight all-reduces cost α each, and each
+    of the 10 collectives NCCL's base latency."""
+    if link not in ("nvlink", "ib"):
+        raise ValueError(f"link must be 'nvlink' or 'ib', got {link!r}")
+    bw, alpha = (gpu.nvlink_busbw, gpu.nvlink_alpha) if link == "nvlink" else (gpu.ib_busbw, gpu.ib_alpha)
     compute = 6 * model.layer_params() / tp / (gpu.bf16_flops * mfu)
     comm = 8 * (tp - 1) / tp * 2 * model.dim / bw
     return compute, comm, 10 * NCCL_BASE_LATENCY + (8 + 4) * (tp - 1) * alpha
@@ -159,10 +242,10 @@ def tp_compute_over_comm(model: Model, gpu: GPU, link: str = "nvlink", tp: int =
 
     Per token, the block does 6·P_layer/t FLOPs (P_layer ≈ 12h² for a GPT block) while TP moves
     8·(t-1)/t·h·2 bytes (4 gathers + 4 scatters of h bf16 values, or 4 all-reduces). With R the
-    sustained FLOP/s (peak · mfu) and B the link's bytes/s, the ratio is 6·P_layer·B / (16·(t-1)·h·R)
-    ≈ 4.5·h·B / ((t-1)·R): independent of the number of tokens, growing with the width h, shrinking
-    with t, and 9x smaller over InfiniBand than over NVLink. Above 1, TP's traffic can hide behind its
-    own compute (async TP); below 1 no overlap can save it."""
+    sustained FLOP/s (peak · mfu) and B the achieved link bytes/s, the ratio is 6·P_layer·B / (16·(t-1)·h·R)
+    ≈ 4.5·h·B / ((t-1)·R) for a GPT block: independent of the number of tokens, growing with the width h,
+    shrinking with t, and ~8x smaller over InfiniBand than over NVLink. Above 1, TP's traffic can hide
+    behind its own compute (async TP); below 1 no overlap can save it."""
     compute, comm, _ = _per_layer_terms(model, gpu, link, tp, mfu)
     return compute / comm
 
@@ -184,5 +267,3 @@ def tp_max_inside(model: Model, gpu: GPU, link: str = "nvlink", mfu: float = DEF
     ok = [t for t in range(2, limit + 1) if model.heads % t == 0 and model.kv_heads % t == 0
           and tp_compute_over_comm(model, gpu, link, t, mfu) >= 1]
     return max(ok, default=1)
-
-
