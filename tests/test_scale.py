@@ -9,10 +9,10 @@ import pytest
 from tensorplay_edu import launch
 from tensorplay_edu.debug import CommRecord
 from tensorplay_edu.cluster import (CALIBRATED, GPUS, LOGIT_PEAK_BYTES, MODELS, NCCL_BASE_LATENCY, Efficiency, Model,
-                                    Setup, collective_time, compute_seconds, dp_seconds, error_bands, fit_cpu,
+                                    Setup, block_matmuls, collective_time, compute_seconds, dp_seconds, error_bands, fit_cpu,
                                     format_checks, korthikanti_activations, llama_activations, matmul_seconds, memory,
                                     predict_step, published_checks, reported_flops, ring_terms, sac_saved, step_time,
-                                    tp_bytes_per_layer, tp_collectives_per_layer, tp_compute_over_comm,
+                                    tp_bytes_per_layer, tp_collectives_per_layer, tp_compute_over_comm, tp_edge_collectives,
                                     tp_crossover_tokens, tp_max_inside, tp_rings)
 from tensorplay_edu.cluster.published import FIT_ROWS, fit
 
@@ -38,7 +38,7 @@ def test_setup_checks_its_fields():
     assert Setup(float8=True).float8 == "tensorwise" and Setup(float8=False).float8 is None
     assert Setup(dp=4, batch=2, micro_batches=3).global_batch == 24
     for bad, match in ((dict(float8="e4m3"), "float8"), (dict(ac="some"), "ac"), (dict(micro_batches=0), "micro"),
-                       (dict(tp=2.0), "tp")):
+                       (dict(tp=2.0), "tp"), (dict(float8="rowwise", fsdp_float8_gather=True), "tensorwise")):
         with pytest.raises(ValueError, match=match):
             Setup(**bad)
 
@@ -93,12 +93,12 @@ def test_memory_conventions():
 
 def test_selective_ac_keeps_every_other_matmul():
     """torchtitan's per-op SAC keeps wq, wv, w1 and w2's outputs (wk, wo, w3 are recomputed), attention's output
-    and log-sum-exp, the block input, and under SP the reduce-scatter's output."""
+    and log-sum-exp, the block input, and under SP both reduce-scatters' outputs."""
     s, h, kv, f = 8192, M70.dim, M70.kv_heads * M70.head_dim, M70.ffn
     one = (s * h + s * h + s * kv + s * f + s * h + s * h) * 2 + 4 * M70.heads * s  # t = 1
     assert sac_saved(M70, Setup()) == pytest.approx(one)
     t = 8
-    sp = (s * h / t + (s * h + s * kv + s * f + s * h) / t + s * h + s * h / t) * 2 + 4 * M70.heads * s / t
+    sp = (s * h / t + (s * h + s * kv + s * f + s * h) / t + s * h + 2 * s * h / t) * 2 + 4 * M70.heads * s / t
     assert sac_saved(M70, Setup(tp=t, sp=True)) == pytest.approx(sp)
     sel = memory(M70, Setup(tp=t, sp=True, ac="selective"))["activations"]
     layer = sum(llama_activations(M70, Setup(tp=t, sp=True)).values())
@@ -133,6 +133,12 @@ def test_collective_time_as_nccl_prices_it():
     lat = ring_terms("all_gather", n, 64, H100, link="ib", nodes=8)[1]
     assert lat == pytest.approx(base + 7 * 14.0e-6 + 56 * 3.4e-6)
     assert ring_terms("all_reduce", n, 64, H100, link="ib", nodes=8)[1] == pytest.approx(base + 14 * 14.0e-6 + 112 * 3.4e-6)
+    # several ranks of a ring on one node leave it through their own NICs, up to NVLink's bandwidth
+    assert ring_terms("all_gather", n, 64, H100, link="ib", nodes=16)[0] == pytest.approx(63 / 64 * n / (4 * H100.ib_busbw))
+    assert ring_terms("all_gather", n, 64, H100, link="ib", nodes=8)[0] == pytest.approx(
+        63 / 64 * n / min(8 * H100.ib_busbw, H100.nvlink_busbw))
+    with pytest.raises(ValueError, match="evenly"):
+        ring_terms("all_gather", n, 12, H100, link="ib", nodes=8)
     assert H100.ib_alpha == 14.0e-6 and H100.nvlink_alpha == 3.4e-6 and base == 8.4e-6  # NCCL's tuning model
     assert collective_time("all_reduce", n, 1, H100) == 0.0
     assert collective_time("all_gather", 0, t, H100) == pytest.approx(base + (t - 1) * alpha)  # latency only
@@ -162,13 +168,15 @@ def _recorded_per_layer(configs):
         with CommDebugMode() as comm:
             with loss_context(plan):
                 llama_loss(model(tokens), tokens).backward()
-        got = {"forward": {}, "backward": {}}
+        got, edges = {"forward": {}, "backward": {}}, {"forward": {}, "backward": {}}
         counts = {"forward": 0, "backward": 0}
         for r in comm.records:
             if r.module.startswith("layers.0."):
                 got[r.phase][r.op] = got[r.phase].get(r.op, 0) + r.bytes
                 counts[r.phase] += 1
-        out.append((got, counts))
+            elif not r.module.startswith("layers."):  # the embedding, the output layer, the loss
+                edges[r.phase][r.op] = edges[r.phase].get(r.op, 0) + r.bytes
+        out.append((got, counts, edges))
     return out
 
 
@@ -176,11 +184,16 @@ def test_tp_bytes_match_comm_debug_mode():
     configs = [("vanilla", False), ("full", False), ("vanilla", True), ("full", True)]
     recorded = launch(_recorded_per_layer, 2, configs)[0]
     tiny = Model("tiny", layers=2, dim=64, heads=4, kv_heads=2, ffn=176, vocab=40)
-    for (plan, float8), (got, counts) in zip(configs, recorded):
-        setup = Setup(tp=2, sp=plan == "full", float8=float8, batch=2, seq=12, dtype_bytes=4)
+    for (plan, float8), (got, counts, edges) in zip(configs, recorded):
+        setup = Setup(tp=2, sp=plan == "full", loss_parallel=plan == "full", float8=float8, batch=2, seq=12,
+                      dtype_bytes=4)
         assert tp_bytes_per_layer(tiny, setup) == got, (plan, float8)
         ours = tp_collectives_per_layer(tiny, setup)
         assert {ph: sum(p == ph for p, _, _ in ours) for ph in counts} == counts, (plan, float8)
+        want = {"forward": {}, "backward": {}}  # the collectives outside the blocks, bytes sent as CommDebugMode counts
+        for phase, op, nbytes in tp_edge_collectives(tiny, setup):
+            want[phase][op] = want[phase].get(op, 0) + (2 if op == "all_reduce" else 1) * nbytes / 2
+        assert want == edges, (plan, float8)
 
 
 PURE = Efficiency(matmul=1.0, hbm=1e9, float8={"tensorwise": 1.0, "rowwise": 1.0})  # FLOPs at the peak only
@@ -225,7 +238,10 @@ def test_step_time_parts():
     s = Setup(tp=8, sp=True, dp=8, fsdp=True)
     t = step_time(M70, s, H100)
     assert t["total"] == pytest.approx(t["compute"] + t["exposed"] + t["optimizer"])
-    assert t["exposed"] == pytest.approx(t["tp_exposed"] + t["dp_exposed"]) and t["tp_exposed"] == t["tp_comm"]
+    assert t["exposed"] == pytest.approx(t["tp_exposed"] + t["dp_exposed"])
+    assert t["tp_exposed"] == pytest.approx(t["tp_comm"] + t["edge_comm"])  # no async: every TP byte waited on
+    edge = sum(collective_time(op, n, 8, H100) for _, op, n in tp_edge_collectives(M70, s))
+    assert t["edge_comm"] == pytest.approx(edge) and edge > 0
     assert t["exposed"] >= t["tp_comm"] - 1e-12 and t["tokens_per_s"] == pytest.approx(t["tokens_per_s_per_gpu"] * 64)
     assert t["tokens_per_s_per_gpu"] == pytest.approx(8 * 8192 / 64 / t["total"])
     assert t["mfu"] == pytest.approx(reported_flops(M70, s) / t["total"] / H100.bf16_flops)
@@ -246,11 +262,25 @@ def test_step_time_parts():
         ("backward", "all_reduce", False)] * 2
     assert M70.layers * sum(r["comm"] for r in rings) == pytest.approx(t["tp_comm"])
     left = M70.layers * sum(max(0.0, r["comm"] - r["matmul"]) for r in rings)
-    dp = dp_seconds(M70, s, H100)
-    assert a["exposed"] - max(0.0, dp["per_micro_batch"] - a["compute"]) - dp["unhidden"] == pytest.approx(left)
+    assert a["tp_exposed"] == pytest.approx(left + a["edge_comm"])  # the collectives outside the blocks stay whole
     # without SP there is no ring to split: async changes nothing
     assert step_time(M70, Setup(tp=8), H100) == step_time(M70, Setup(tp=8, async_tp=True), H100)
     assert step_time(M70, Setup(float8="tensorwise"), H100)["compute"] < step_time(M70, Setup(), H100)["compute"]
+
+
+def test_checkpointing_reruns_forward_collectives():
+    s = Setup(tp=8, sp=True)
+    forward = [r for r in tp_rings(M70, s, H100) if r["phase"] == "forward"][:4]
+    full = [r for r in tp_rings(M70, Setup(tp=8, sp=True, ac="full"), H100) if r["phase"] == "recompute"]
+    assert full == [{**r, "phase": "recompute"} for r in forward]  # the whole forward again
+    sel = [r for r in tp_rings(M70, Setup(tp=8, sp=True, ac="selective"), H100) if r["phase"] == "recompute"]
+    assert [(r["op"], r["name"]) for r in sel] == [("all_gather", "attention input"), ("all_gather", "ffn input")]
+    wk, w3 = (matmul_seconds(*block_matmuls(M70, s)[name], H100) for name in ("wk", "w3"))
+    assert [r["matmul"] for r in sel] == pytest.approx([wk, w3])  # each beside its one recomputed reader
+    vanilla = [r for r in tp_rings(M70, Setup(tp=8, ac="selective"), H100) if r["phase"] == "recompute"]
+    assert [r["op"] for r in vanilla] == ["all_reduce", "all_reduce"] and all(r["matmul"] == 0 for r in vanilla)
+    assert step_time(M70, Setup(tp=8, sp=True, ac="full"), H100)["tp_comm"] == pytest.approx(
+        step_time(M70, s, H100)["tp_comm"] + M70.layers * sum(r["comm"] for r in full))
 
 
 def test_data_parallel_traffic():
@@ -266,7 +296,14 @@ def test_data_parallel_traffic():
     assert dp_seconds(M70, s, H100)["per_micro_batch"] == pytest.approx(want)
     bf16 = dp_seconds(M70, Setup(tp=8, sp=True, dp=8, fsdp=True, reduce_fp32=False), H100)["per_micro_batch"]
     f8 = dp_seconds(M70, Setup(tp=8, sp=True, dp=8, fsdp=True, float8="tensorwise"), H100)["per_micro_batch"]
-    assert bf16 < want and f8 < want  # float8 tensorwise gathers the block weights in 1 byte
+    f8_gather = dp_seconds(M70, Setup(tp=8, sp=True, dp=8, fsdp=True, float8="tensorwise", fsdp_float8_gather=True),
+                           H100)["per_micro_batch"]
+    assert bf16 < want and f8 == want and f8_gather < want  # torchao's float8 all-gather: block weights in 1 byte
+    # at TP 2 each node holds 4 ranks of the same FSDP ring: they leave it through 4 NICs
+    two = dp_seconds(M70, Setup(tp=2, dp=32, fsdp=True), H100)["per_micro_batch"]
+    blk2 = M70.layer_params() / 2
+    assert ring_terms("all_gather", 2 * blk2, 32, H100, "ib", 8)[0] == pytest.approx(31 / 32 * 2 * blk2 / (4 * H100.ib_busbw))
+    assert two < M70.layers * 3 * ring_terms("all_gather", 4 * blk2, 32, H100, "ib", 32)[0]
     inside = dp_seconds(M70, Setup(tp=2, dp=4, fsdp=True), H100)["per_micro_batch"]  # 8 GPUs: one node, NVLink
     assert inside == pytest.approx(M70.layers * (2 * collective_time("all_gather", 2 * M70.layer_params() / 2, 4, H100)
                                                  + collective_time("reduce_scatter", 4 * M70.layer_params() / 2, 4, H100))
@@ -344,8 +381,11 @@ def test_published_checks_rows_and_bands():
         assert whats[what]["role"] == "check"
     checks = [r for r in rows if r["role"] == "check"]
     assert len(checks) >= 20 and any(r["kind"] == "memory" for r in checks)
+    slow = [r for r in rows if r["role"] == "slow"]
+    assert len(slow) == 2 and all("torchtitan#1207" in r["source"] for r in slow)
     bands = error_bands(rows)
     tput = [r["ratio"] for r in checks if r["kind"] == "throughput"]
+    assert not any(lo <= r["ratio"] <= hi for r in slow for lo, hi in [bands["ranking"]])  # shown, not in the band
     assert bands["time"] == (min(tput), max(tput)) and bands["time"][0] < 1 < bands["time"][1]
     assert bands["memory"][0] < 1  # the model under-counts some measured peak: the planner's "risky"
     text = format_checks(rows)

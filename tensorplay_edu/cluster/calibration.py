@@ -20,8 +20,9 @@ __all__ = ["Efficiency", "CALIBRATED", "DEFAULT_MFU"]
 @dataclass(frozen=True)
 class Efficiency:
     """``matmul``: the share of the peak FLOP/s a matmul's FLOPs run at (the elementwise work around it
-    folded in); ``hbm``: the share of HBM bandwidth its bytes move at (fitted low, about a fifth: it also
-    holds what a thin matmul loses to tiles the GPU cannot fill); ``float8``: for each recipe, the
+    folded in); ``hbm``: the share of HBM bandwidth its bytes move at (fitted low, a quarter: more than
+    bandwidth, it holds whatever made the one fitted TP 8 run slow, such as thin matmuls' tiles that
+    leave the GPU's cores idle: read it as a fitted penalty on thin matmuls); ``float8``: for each recipe, the
     share of that bf16 efficiency a float8 matmul reaches against the fp8 peak (its casts and scales are
     memory-bound work the peak does not see)."""
     matmul: float
@@ -31,7 +32,7 @@ class Efficiency:
 
 # Fitted by published.fit() to published.FIT_ROWS (torchtitan Llama 3.1 8B on 8 GPUs: FSDP 8 bf16 and
 # float8 tensorwise, FSDP 8 x TP 8 bf16; torchao's rowwise speed-up on 8 GPUs).
-CALIBRATED = Efficiency(matmul=0.3992, hbm=0.2052, float8={"tensorwise": 0.7007, "rowwise": 0.5699})
+CALIBRATED = Efficiency(matmul=0.3972, hbm=0.2486, float8={"tensorwise": 0.6932, "rowwise": 0.5660})
 
 # The MFU torchtitan reports for Llama 3.1 8B on 8 of those GPUs with torch.compile (FSDP, bf16, selective
 # AC; 6,667 tokens/s/GPU; 33.7% without compile), with its FLOP convention (timing.reported_flops). The

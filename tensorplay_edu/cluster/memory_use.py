@@ -60,12 +60,12 @@ LOGIT_PEAK_BYTES = {2: {"gathered": 12, "loss_parallel": 10}, 4: {"gathered": 12
 
 def sac_saved(model: Model, setup: Setup) -> float:
     """Bytes one block keeps under torchtitan's per-op selective AC, which saves the outputs of every
-    other matmul (wq, wv, w1, w2 of the seven), attention's output and log-sum-exp and the SP
-    reduce-scatter's, and recomputes the rest in backward; the block's input is kept as under full AC.
-    wq, wv, w1 and attention are split by t; w2's output is the full [b, s, h] of partial sums."""
+    other matmul (wq, wv, w1, w2 of the seven), attention's output and log-sum-exp and under SP both
+    reduce-scatters' (wo's and w2's), and recomputes the rest in backward; the block's input is kept as
+    under full AC. wq, wv, w1 and attention are split by t; w2's output is the full [b, s, h] of partial sums."""
     t, p, sb = setup.tp, setup.dtype_bytes, setup.seq * setup.batch
     h, kv = model.dim, model.kv_heads * model.head_dim
-    scattered = sb * h / t if setup.sp and t > 1 else 0
+    scattered = 2 * sb * h / t if setup.sp and t > 1 else 0
     block_input = sb * h / (t if setup.sp else 1)
     kept = block_input + sb * (2 * h + kv + model.ffn) / t + sb * h + scattered
     return kept * p + 4 * model.heads * sb / t

@@ -108,9 +108,9 @@ MODELS = {
     "llama3-405b": Model("llama3-405b", 126, 16384, 128, 8, 53248, 128256),
 }
 
-# torchao's float8 training recipes: tensorwise (one scale per tensor; fp8 TP and FSDP all-gathers),
-# rowwise (a scale per row; communication stays bf16), rowwise_with_gw_hp (rowwise, with the weight-gradient
-# matmul kept in bf16). torchtitan ships the two rowwise ones and defaults to rowwise.
+# torchao's float8 training recipes: tensorwise (one scale per tensor; float8 TP all-gathers, and float8 FSDP
+# all-gathers if asked), rowwise (a scale per row; communication stays bf16), rowwise_with_gw_hp (rowwise,
+# with the weight-gradient matmul kept in bf16). torchtitan runs any of them through its float8 converter.
 FLOAT8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 # Activation checkpointing as torchtitan's apply_ac offers it, per block: none, selective (per-op SAC:
 # keep every other matmul's output and attention's), full (keep the block's input, recompute the rest).
@@ -123,14 +123,17 @@ class Setup:
     as options), ``dp`` data-parallel replicas (``fsdp``: sharded over them, as FSDP2), each running
     ``micro_batches`` micro-batches of ``batch`` sequences of ``seq`` tokens (gradient accumulation), so the
     global batch is dp·batch·micro_batches sequences. ``float8``: None or a recipe of ``FLOAT8_RECIPES``
-    (True means this package's float8 TP plan, tensorwise). ``ac``: one of ``AC_MODES``. ``reduce_fp32``:
-    gradients reduced in float32 (torchtitan's default ``mixed_precision_reduce``). ``dtype_bytes``: the
+    (True means this package's float8 TP plan, tensorwise); ``fsdp_float8_gather``: FSDP all-gathers the
+    blocks' weights in float8 (torchao's ``enable_fsdp_float8_all_gather``, tensorwise only, off by
+    default). ``ac``: one of ``AC_MODES``. ``reduce_fp32``: gradients reduced in float32 (torchtitan's
+    default ``mixed_precision_reduce``). ``dtype_bytes``: the
     compute dtype (bf16: 2). ``activations``: ``"llama"`` counts what this package's Llama saves,
     ``"korthikanti"`` the paper's GPT layer."""
     tp: int = 1
     sp: bool = False
     loss_parallel: bool = False
     float8: str | None = None
+    fsdp_float8_gather: bool = False
     async_tp: bool = False
     dp: int = 1
     fsdp: bool = False
@@ -149,6 +152,9 @@ class Setup:
             object.__setattr__(self, "float8", None)
         if self.float8 is not None and self.float8 not in FLOAT8_RECIPES:
             raise ValueError(f"Setup(float8=...) must be None or one of {FLOAT8_RECIPES}, got {self.float8!r}")
+        if self.fsdp_float8_gather and self.float8 != "tensorwise":
+            raise ValueError("Setup(fsdp_float8_gather=True) needs float8='tensorwise': torchao gathers float8 "
+                             f"weights only with tensorwise scales (got float8={self.float8!r})")
         if self.ac not in AC_MODES:
             raise ValueError(f"Setup(ac=...) must be one of {AC_MODES}, got {self.ac!r}")
         for name in ("tp", "dp", "batch", "micro_batches", "seq"):
@@ -181,12 +187,14 @@ def ring_terms(op: str, nbytes: float, world: int, gpu: GPU, link: str = "nvlink
     """(bandwidth seconds, latency seconds) of one collective over ``world`` ranks of a buffer of
     ``nbytes`` (the FULL tensor: the all-gather's output, the reduce-scatter's input, the all-reduce's
     buffer), as NCCL's cost model prices it. ``link="nvlink"``: every rank in one node; ``link="ib"``: the
-    ranks spread over ``nodes`` nodes (default: one rank per node). B is the achieved busBw:
+    ranks spread evenly over ``nodes`` nodes (default: one rank per node). B is the achieved busBw:
 
     * all_reduce:                 2(t-1)/t · nbytes / B,   base + 2(t-1) steps of α  (NVLS inside a node)
     * all_gather, reduce_scatter:  (t-1)/t · nbytes / B,   base +  (t-1) steps of α
 
-    Across n nodes only k·(n-1) steps (k = 2 for an all-reduce, else 1) pay the network's α."""
+    Across n nodes only k·(n-1) steps (k = 2 for an all-reduce, else 1) pay the network's α, and the
+    t/n ranks of a node leave it through their own NICs (NCCL runs one ring per NIC), so B is t/n NICs'
+    busBw, at most NVLink's."""
     if link not in ("nvlink", "ib"):
         raise ValueError(f"link must be 'nvlink' or 'ib', got {link!r}")
     steps = ring_steps(op, world)
@@ -196,9 +204,12 @@ def ring_terms(op: str, nbytes: float, world: int, gpu: GPU, link: str = "nvlink
         bw = gpu.nvls_busbw if op == "all_reduce" else gpu.nvlink_busbw
         return steps * nbytes / world / bw, NCCL_BASE_LATENCY + steps * gpu.nvlink_alpha
     nodes = world if nodes is None else nodes
+    if world % nodes:
+        raise ValueError(f"ring_terms: {world} ranks do not spread evenly over {nodes} nodes")
     crossing = (steps // (world - 1)) * (nodes - 1)
     other = max(gpu.nvlink_alpha, 3 * gpu.net_overhead)
-    return (steps * nbytes / world / gpu.ib_busbw,
+    bw = min(world // nodes * gpu.ib_busbw, gpu.nvlink_busbw)
+    return (steps * nbytes / world / bw,
             NCCL_BASE_LATENCY + crossing * gpu.ib_alpha + (steps - crossing) * other)
 
 

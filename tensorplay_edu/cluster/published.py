@@ -19,6 +19,8 @@ _TT = "torchtitan benchmarks/"
 _DEC24, _JUN25 = _TT + "llama3_h100_202412_torchtitan.md", _TT + "asyncTP_llama3_h100_2025-06_torchtitan.md"
 _TORCHAO = "torchao float8 README (8x H100, FSDP2, batch 1, per-op SAC, compile)"
 _GIB = 2 ** 30
+# A run its own source calls a known slow case, since fixed: shown, left out of the error bands.
+_SLOW = " (a known slow case, torchtitan#1207: thin float8 matmuls; fixed by leaving them in bf16)"
 
 # Setups of torchtitan's runs (torch.compile; TP runs use SP and loss_parallel, torchtitan's defaults then)
 _8B_FSDP8 = dict(dp=8, fsdp=True, batch=2, ac="selective")
@@ -50,7 +52,7 @@ _CHECKS = [
     ("8B, FSDP 8 x TP 8, batch 12, SAC, float8 tensorwise, async TP: tokens/s/GPU", "llama3-8b",
      {**_8B_TP8, "float8": "tensorwise", "async_tp": True}, 5570, _JUN25),
     ("8B, FSDP 8 x TP 8, batch 12, SAC, float8 rowwise: tokens/s/GPU", "llama3-8b", {**_8B_TP8, "float8": "rowwise"},
-     3708.5, _JUN25 + " (a known slow case, torchtitan#1207)"),
+     3708.5, _JUN25 + _SLOW),
     ("70B, FSDP 32 x TP 8, batch 16, full AC: tokens/s/GPU", "llama3-70b", _70B_TP8, 597.3, _JUN25),
     ("70B, FSDP 32 x TP 8, batch 16, full AC, async TP: tokens/s/GPU", "llama3-70b", {**_70B_TP8, "async_tp": True},
      652.4, _JUN25),
@@ -74,7 +76,7 @@ _CHECKS = [
     ("8B, FSDP 8 x TP 8: float8 tensorwise speed-up", "llama3-8b", ({**_8B_TP8, "float8": "tensorwise"}, _8B_TP8),
      5078 / 4378, _JUN25),
     ("8B, FSDP 8 x TP 8: float8 rowwise speed-up", "llama3-8b", ({**_8B_TP8, "float8": "rowwise"}, _8B_TP8),
-     3708.5 / 4378, _JUN25),
+     3708.5 / 4378, _JUN25 + _SLOW),
     ("70B, FSDP 32 x TP 8: async TP speed-up", "llama3-70b", ({**_70B_TP8, "async_tp": True}, _70B_TP8),
      652.4 / 597.3, _JUN25),
     ("70B, FSDP 32 x TP 8: float8 tensorwise speed-up", "llama3-70b", ({**_70B_TP8, "float8": "tensorwise"}, _70B_TP8),
@@ -138,14 +140,16 @@ def fit(rounds: int = 20) -> Efficiency:
 def published_checks(eff: Efficiency = CALIBRATED) -> list[dict]:
     """Ours beside every published figure: ``{"what", "kind", "role", "ours", "theirs", "ratio", "source"}``,
     ratio = ours / theirs; ``kind`` is ``"throughput"``, ``"speed-up"`` or ``"memory"`` (GiB); ``role`` is
-    ``"fit"`` for the rows the constants were fitted to, ``"check"`` for the rest. All on the GPU they ran on
-    (``GPUS["h100-500w"]``)."""
+    ``"fit"`` for the rows the constants were fitted to (exact by construction: four constants, four rows),
+    ``"check"`` for the rest, ``"slow"`` for a run its source calls a known slow case (shown, not in the
+    bands). All on the GPU they ran on (``GPUS["h100-500w"]``)."""
     gpu, rows = GPUS["h100-500w"], []
     for role, table in (("fit", FIT_ROWS), ("check", _CHECKS)):
         for what, model, setup, theirs, source in table:
             ours = _ours(model, setup, eff, gpu)
             rows.append({"what": what, "kind": "speed-up" if isinstance(setup, tuple) else "throughput",
-                         "role": role, "ours": ours, "theirs": theirs, "ratio": ours / theirs, "source": source})
+                         "role": "slow" if source.endswith(_SLOW) else role, "ours": ours, "theirs": theirs,
+                         "ratio": ours / theirs, "source": source})
     for what, model, setup, theirs, source in _PEAKS:
         ours = sum(memory(MODELS[model], Setup(**setup)).values()) / _GIB
         rows.append({"what": what + ": peak GiB", "kind": "memory", "role": "check", "ours": ours, "theirs": theirs,

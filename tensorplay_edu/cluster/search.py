@@ -9,16 +9,22 @@ or, from a notebook, ``feasible, refused = plan("llama3-70b", 64, "h100", seq=81
 Every layout runs the same global batch (sequences per optimizer step) on all the GPUs, so their step
 times compare like for like. For each TP degree t (dividing the heads, inside a node) the d = gpus / t
 data-parallel replicas share the batch; each runs it as micro-batches (gradient accumulation), the
-largest that fits. The planner tries SP, loss_parallel and async TP (with SP), every float8 recipe,
-plain DP or FSDP, and no, selective or full activation checkpointing. It refuses what cannot run or
+fastest that fits. The planner tries SP, loss_parallel and async TP (with SP), every float8 recipe
+(tensorwise with FSDP gathers its weights in float8, as torchao recommends), plain DP or FSDP, and no,
+selective or full activation checkpointing. It refuses what cannot run or
 does not fit in HBM less ``RESERVE`` (the CUDA context and NCCL's buffers, outside the allocator peaks
 the memory model is checked against). Two honesty rules come from ``published.error_bands``:
 
 * **risky**: a layout whose memory estimate, divided by the model's lowest memory ratio on published
   peaks (it under-counts by up to that), would not fit. Risky layouts rank after every safe one.
-* **tie**: a safe layout whose step time is within the ``ranking`` band of the best (the model's largest
-  error on the speed-up of one layout over another of the same job). The model cannot order ties, so they
-  are listed smallest TP first: fewer collectives on the critical path.
+* **tie**: a safe layout whose step time is within the model's ``time`` error of the best step (its
+  largest miss on the tokens/s of a published run it was not fitted to): the model cannot order them. The
+  published speed-ups of one layout over another (``ranking``, async TP or float8 on the same job) are
+  closer, but no published pair of runs differs in TP degree or checkpointing except the two the model
+  was fitted on, so across those only the wider band is earned. The report names the tie with the
+  smallest TP degree, the one with the fewest collectives on the critical path.
+
+Safe layouts come first, fastest first; then the risky ones.
 
 When no layout fits, the planner names what the job needs beyond TP and data parallelism (pipeline or
 context parallelism): outside this model, as are HSDP, ZeRO-1/2 and CPU offload.
@@ -64,7 +70,7 @@ def _layouts(gpus: int, seq: int):
                 for fsdp in ((False, True) if d > 1 else (False,)):
                     for ac in ("none", "selective", "full"):
                         yield Setup(tp=t, sp=sp, loss_parallel=lp, float8=f8, async_tp=asy, dp=d, fsdp=fsdp,
-                                    seq=seq, ac=ac)
+                                    fsdp_float8_gather=fsdp and f8 == "tensorwise", seq=seq, ac=ac)
 
 
 def _why_not(model: Model, gpu: GPU, s: Setup, global_batch: int) -> str | None:
@@ -90,10 +96,10 @@ def plan(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int | None
     batch of ``global_batch`` sequences of ``seq`` tokens (default: one per GPU).
 
     ``feasible``: dicts ``{"setup", "memory" (bytes by component), "total" (bytes), "time" (:func:`step_time`),
-    "risky", "tie_with_best"}``, ordered as the module docstring says; each setup carries the micro-batch
+    "risky", "tie_with_best"}``, safe ones first, fastest first; each setup carries the micro-batch
     (``batch``) and ``micro_batches`` chosen: the fastest safe one, else the fastest that fits.
     ``refused``: dicts ``{"setup", "reason", "over" (bytes over the usable HBM at one sequence per
-    micro-batch; 0 for a structural reason)}``, structural reasons first, then closest to fitting first."""
+    micro-batch; 0 for a structural reason)}``, out of memory first, closest to fitting first."""
     model, gpu = _resolve(model, gpu)
     global_batch = gpus if global_batch is None else global_batch
     for name, value in (("gpus", gpus), ("seq", seq), ("global_batch", global_batch)):
@@ -130,12 +136,11 @@ def plan(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int | None
             feasible.append(min(options, key=lambda r: (r["risky"], r["time"]["total"])))
     safe = [r["time"]["total"] for r in feasible if not r["risky"]]
     best = min(safe or [r["time"]["total"] for r in feasible] or [0.0])
-    tolerance = max(bands["ranking"][1] - 1, 1 - bands["ranking"][0])
+    tolerance = max(bands["time"][1] - 1, 1 - bands["time"][0])
     for r in feasible:
         r["tie_with_best"] = not r["risky"] and r["time"]["total"] <= best * (1 + tolerance)
-    feasible.sort(key=lambda r: (r["risky"], not r["tie_with_best"], r["setup"].tp if r["tie_with_best"] else 0,
-                                 r["time"]["total"], r["total"]))
-    refused.sort(key=lambda r: (r["over"] > 0, r["over"], r["setup"].tp))
+    feasible.sort(key=lambda r: (r["risky"], r["time"]["total"], r["total"]))
+    refused.sort(key=lambda r: (r["over"] == 0, r["over"], r["setup"].tp))
     return feasible, refused
 
 
@@ -173,7 +178,12 @@ def _name(s: Setup) -> str:
 
 def _layout_fields(s: Setup) -> dict:
     return {"tp": s.tp, "dp": s.dp, "fsdp": s.fsdp, "ac": s.ac, "sp": s.sp, "loss_parallel": s.loss_parallel,
-            "async_tp": s.async_tp, "float8": s.float8}
+            "async_tp": s.async_tp, "float8": s.float8, "fsdp_float8_gather": s.fsdp_float8_gather}
+
+
+def _setup_of(row: dict) -> Setup:
+    """The layout of a row of :func:`plan_json` (or of a refusal's ``layout``)."""
+    return Setup(**{k: row[k] for k in _layout_fields(Setup())})
 
 
 def plan_json(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int | None = None,
@@ -204,10 +214,13 @@ def format_plan(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int
              f"model error on published runs (ours / theirs): tokens/s {bands['time'][0]:.2f}-{bands['time'][1]:.2f}, "
              f"one layout over another {bands['ranking'][0]:.2f}-{bands['ranking'][1]:.2f}, peak memory "
              f"{bands['memory'][0]:.2f}-{bands['memory'][1]:.2f}",
-             "tie = within that ranking error of the best (the model cannot order them); risky = fits only if the "
-             "memory estimate is not low", ""]
+             "tie = within the tokens/s error of the best step (the model cannot order them); risky = fits only if "
+             "the memory estimate is not low",
+             "micro = sequences per micro-batch x micro-batches; GiB per GPU: state = weights + gradients + optimizer, "
+             "work = FSDP's gathered and reduce buffers, activ = saved activations + one block's gradients; "
+             "MFU = torchtitan's FLOP count over the bf16 peak (float8 rows too)", ""]
     if feasible:
-        names = [_name(Setup(**{k: r[k] for k in _layout_fields(Setup())})) for r in feasible[:top]]
+        names = [_name(_setup_of(r)) for r in feasible[:top]]
         w = max(len(n) for n in names) + 2
         head = (f"{'#':>3} {'layout':<{w}}{'micro':>7}{'state':>7}{'work':>6}{'activ':>7}{'logits':>7}{'GiB':>7}"
                 f"{'step s':>8}{'tok/s/GPU':>10}{'MFU':>6}  note")
@@ -222,19 +235,26 @@ def format_plan(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int
                          f"{r['step_s']:>8.2f}{r['tokens_per_s_per_gpu']:>10,.0f}{r['mfu']:>6.0%}  {note}")
         if len(feasible) > top:
             lines.append(f"    ... and {len(feasible) - top} more that fit (--top to see them)")
+        ties = [r for r in feasible if r["tie_with_best"]]
+        if ties:
+            simplest = min(ties, key=lambda r: r["tp"])  # the first, so the fastest, of the smallest TP degree
+            lines.append(f"{len(ties)} tie with the best; the one with the smallest TP degree "
+                         f"(#{feasible.index(simplest) + 1}): {_name(_setup_of(simplest))}")
     else:
         lines.append(f"nothing fits: this job needs {data['needs']}")
-    if refused:
-        lines += ["", "refused:"]
-        by_reason: dict[str, int] = {}
-        for r in refused:  # structural reasons: one line per TP degree; memory: one line per layout
-            key = r["reason"] if "memory" not in r["reason"] else \
-                f"{_name(Setup(**r['layout']))}: {r['reason']}"
-            by_reason[key] = by_reason.get(key, 0) + 1
-        items = list(by_reason.items())
-        lines += [f"  {reason}" + (f" ({n} layouts)" if n > 1 else "") for reason, n in items[:top]]
-        if len(items) > top:
-            lines.append(f"  ... and {len(items) - top} more (--top to see them)")
+    memory = [r for r in refused if "out of memory" in r["reason"]]
+    if memory:  # one line per layout, closest to fitting first
+        lines += ["", f"refused, out of memory ({len(memory)}):"]
+        lines += [f"  {_name(_setup_of(r['layout']))}: {r['reason']}" for r in memory[:top]]
+        if len(memory) > top:
+            lines.append(f"  ... and {len(memory) - top} more (--top to see them)")
+    structural: dict[str, int] = {}
+    for r in refused:  # one line per reason (a TP degree's), however many layouts it covers
+        if "out of memory" not in r["reason"]:
+            structural[r["reason"]] = structural.get(r["reason"], 0) + 1
+    if structural:
+        lines += ["", "refused, cannot run:"]
+        lines += [f"  {reason}" + (f" ({n} layouts)" if n > 1 else "") for reason, n in structural.items()]
     return "\n".join(lines)
 
 

@@ -7,21 +7,20 @@ a block is priced by :func:`tensorplay_edu.cluster.ring_terms` (and hidden under
 TP); FSDP gathers and reduces every layer once per micro-batch, behind the compute when it fits.
 The efficiencies and which published runs they were fitted to are in ``calibration.py``.
 
-Left out: the embedding's, output layer's and loss_parallel's own collectives (about 2% of a step's TP
-traffic at L = 32), memory-bound work other than the matmuls and the optimizer (norms, casts: folded into
-the fitted efficiency), and any overlap torch.compile finds beyond async TP's rings.
+Left out: memory-bound work other than the matmuls and the optimizer (norms, casts: folded into the
+fitted efficiency), float8's amax all-reduces when checkpointing recomputes them, and any overlap
+torch.compile finds beyond async TP's rings.
 """
 
 from __future__ import annotations
 
 import math
 
-from .calibration import CALIBRATED, DEFAULT_MFU, Efficiency
-from .model import GPU, NCCL_BASE_LATENCY, Model, Setup, collective_time
+from .calibration import CALIBRATED, Efficiency
+from .model import GPU, Model, Setup, collective_time
 
 __all__ = ["block_matmuls", "matmul_seconds", "compute_seconds", "reported_flops", "tp_collectives_per_layer",
-           "tp_bytes_per_layer", "tp_rings", "dp_seconds", "step_time", "tp_compute_over_comm",
-           "tp_crossover_tokens", "tp_max_inside"]
+           "tp_edge_collectives", "tp_bytes_per_layer", "tp_rings", "dp_seconds", "step_time"]
 
 
 def block_matmuls(model: Model, setup: Setup) -> dict[str, tuple[int, int, int]]:
@@ -38,7 +37,8 @@ def matmul_seconds(m: int, n: int, k: int, gpu: GPU, fp8: str | None = None, p: 
     """One pass of an [m, k] @ [k, n] matmul, the roofline: the longer of its 2mnk FLOPs at ``eff.matmul``
     of the peak (the fp8 peak times ``eff.float8[fp8]`` for a float8 recipe) and its p·(mk + kn + mn)
     bytes at ``eff.hbm`` of the HBM bandwidth. A narrow slice (wk and wv at a large t) reads its whole
-    input to compute a thin output, and turns memory-bound."""
+    input to compute a thin output, and turns memory-bound. A float8 matmul is charged bf16 bytes: its
+    casts read the bf16 operands."""
     rate = gpu.bf16_flops if fp8 is None else gpu.fp8_flops * eff.float8[fp8]
     return max(2 * m * n * k / (rate * eff.matmul), p * (m * k + k * n + m * n) / (gpu.hbm_bw * eff.hbm))
 
@@ -117,6 +117,30 @@ def tp_collectives_per_layer(model: Model, setup: Setup) -> list[tuple[str, str,
     return out
 
 
+def tp_edge_collectives(model: Model, setup: Setup) -> list[tuple[str, str, float]]:
+    """The TP collectives outside the blocks in one micro-batch, as (phase, op, full buffer bytes), as
+    :func:`tensorplay_edu.models.parallelize_llama`'s plans issue them: the embedding's partial rows made
+    whole (an all-reduce, or under SP a reduce-scatter, whose gradient is all-gathered back); the output
+    layer's input made whole (``f``:
+    backward all-reduce; under SP a forward all-gather, a backward reduce-scatter and the final norm's
+    weight gradient); then either the logits all-gathered (b·s·V values, the largest single collective
+    of a step) or, under ``loss_parallel``, three all-reduces of b·s float32 numbers (max, sum, target)."""
+    t, p = setup.tp, setup.dtype_bytes
+    if t == 1:
+        return []
+    tokens = setup.batch * setup.seq
+    e = tokens * model.dim * p
+    out = [("forward", "reduce_scatter" if setup.sp else "all_reduce", e)]
+    if setup.sp:  # the embedding's gradient gathered back; the output layer's input gathered, its gradient scattered
+        out += [("backward", "all_gather", e), ("forward", "all_gather", e), ("backward", "reduce_scatter", e),
+                ("backward", "all_reduce", model.dim * 4.0)]
+    else:
+        out += [("backward", "all_reduce", e)]
+    if setup.loss_parallel:
+        return out + [("forward", "all_reduce", tokens * 4.0)] * 3
+    return out + [("forward", "all_gather", tokens * model.vocab * p)]
+
+
 def tp_bytes_per_layer(model: Model, setup: Setup) -> dict[str, dict[str, float]]:
     """``{phase: {op: bytes each rank sends}}`` for one block: the ring's (t-1)/t of each buffer, twice
     that for an all-reduce (CommDebugMode's convention)."""
@@ -137,7 +161,11 @@ def tp_rings(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED)
     chunks whose sums travel while the next is computed. In backward it does the same for the gathered
     output gradients of wo and w2 (their input-gradient matmuls); the reduce-scatters fed by several
     matmuls (wq + wk + wv, w1 + w3), the norm all-reduces and float8's amaxes stay whole. A transfer
-    hides only under its own ring's matmul (notebook 10 §6)."""
+    hides only under its own ring's matmul (notebook 10 §6).
+
+    Activation checkpointing reruns forward collectives (phase ``"recompute"``): full AC all four (two
+    without SP); torchtitan's per-op SAC saves the reduce-scatters' outputs, so reruns the two gathers
+    (under SP, each beside its one recomputed reader, wk or w3) or the two all-reduces."""
     t, link = setup.tp, "ib" if setup.tp > gpu.gpus_per_node else "nvlink"
     fp8 = _block_passes(setup)[0]
     sec = {name: matmul_seconds(*shape, gpu, fp8, eff=eff) for name, shape in block_matmuls(model, setup).items()}
@@ -153,6 +181,13 @@ def tp_rings(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED)
                 hides = mm[name]
         rings.append({"phase": phase, "name": name, "op": op, "comm": collective_time(op, nbytes, t, gpu, link),
                       "matmul": hides})
+    main = [r for r in rings if r["phase"] == "forward"][:4 if setup.sp else 2]  # the activations' collectives
+    if setup.ac == "full":  # the whole forward again, rings and all
+        rings += [{**r, "phase": "recompute"} for r in main]
+    elif setup.ac == "selective":  # per-op SAC keeps reduce-scatter outputs, not gathers or all-reduces
+        again = {"attention input": sec["wk"], "ffn input": sec["w3"]}  # the recomputed reader of each gather
+        rings += [{**r, "phase": "recompute", "matmul": again.get(r["name"], 0.0)} for r in main
+                  if r["op"] != "reduce_scatter"]
     return rings
 
 
@@ -165,20 +200,20 @@ def dp_seconds(model: Model, setup: Setup, gpu: GPU) -> dict[str, float]:
     job spans nodes (one NIC per GPU; only the node-crossing ring steps pay IB's α).
 
     * FSDP (FSDP2, reshard after forward): per micro-batch, every unit (each block, the embedding, the
-      output layer) is all-gathered twice (forward, backward re-gather) in bf16 — block weights in float8
-      under the tensorwise recipe (torchao's float8 all-gather) — and its gradients reduce-scattered in
+      output layer) is all-gathered twice (forward, backward re-gather) in bf16 (block weights in float8
+      with ``fsdp_float8_gather``) and its gradients reduce-scattered in
       float32 (``reduce_fp32``) or bf16. The first gather and the last reduce-scatter cannot overlap
       compute (``unhidden``).
     * DDP: one all-reduce of the float32 (or bf16) gradients per step, in 25 MB buckets."""
     d = setup.dp
     if d == 1:
         return {"per_micro_batch": 0.0, "per_step": 0.0, "unhidden": 0.0}
-    nodes = _nodes(setup, gpu)
+    nodes = min(d, _nodes(setup, gpu))  # the replicas' ranks, gpus_per_node / t of them on each node
     link = "ib" if nodes > 1 else "nvlink"
     red = 4 if setup.reduce_fp32 else setup.dtype_bytes
     block, edge = model.layer_params() / setup.tp, model.vocab * model.dim / setup.tp
     if setup.fsdp:
-        gather = 1 if setup.float8 == "tensorwise" else setup.dtype_bytes
+        gather = 1 if setup.fsdp_float8_gather else setup.dtype_bytes
 
         def unit(n, p):
             return (2 * collective_time("all_gather", n * p, d, gpu, link, nodes),
@@ -197,7 +232,8 @@ def step_time(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED
     """Seconds of one optimizer step per GPU, by part, and its throughput.
 
     ``compute`` (all micro-batches, :func:`compute_seconds`), ``tp_comm`` (every TP collective of every
-    block, NVLink inside a node), ``dp_comm`` (:func:`dp_seconds`), ``optimizer`` (AdamW reads and writes
+    block, recomputation's included, NVLink inside a node), ``edge_comm`` (:func:`tp_edge_collectives`),
+    ``dp_comm`` (:func:`dp_seconds`), ``optimizer`` (AdamW reads and writes
     28 bytes per local parameter at HBM speed), ``exposed`` (communication left on the critical path:
     ``tp_exposed`` + ``dp_exposed``),
     ``total``, ``tokens_per_s_per_gpu``, ``tokens_per_s``, ``mfu`` (torchtitan's way, :func:`reported_flops`).
@@ -207,6 +243,8 @@ def step_time(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED
     mb = sum(compute_seconds(model, setup, gpu, eff).values())
     rings = tp_rings(model, setup, gpu, eff)
     tp = model.layers * sum(r["comm"] for r in rings)
+    link = "ib" if setup.tp > gpu.gpus_per_node else "nvlink"
+    edge = sum(collective_time(op, n, setup.tp, gpu, link) for _, op, n in tp_edge_collectives(model, setup))
     hidden = model.layers * sum(min(r["comm"], r["matmul"]) for r in rings) if setup.async_tp and setup.sp else 0.0
     dp = dp_seconds(model, setup, gpu)
     dp_exposed = max(0.0, dp["per_micro_batch"] - mb) + dp["unhidden"]
@@ -214,56 +252,10 @@ def step_time(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED
     local = (model.params() - model.norm_params()) / setup.tp / (setup.dp if setup.fsdp else 1)
     optimizer = 28 * local / (gpu.hbm_bw * eff.hbm)
     k = setup.micro_batches
-    tp_exposed, dp_exposed = k * (tp - hidden), k * dp_exposed + ddp_exposed
+    tp_exposed, dp_exposed = k * (tp + edge - hidden), k * dp_exposed + ddp_exposed
     total = k * mb + tp_exposed + dp_exposed + optimizer
     per_gpu = setup.global_batch * setup.seq / setup.gpus / total
-    return {"compute": k * mb, "tp_comm": k * tp, "dp_comm": k * dp["per_micro_batch"] + dp["per_step"],
+    return {"compute": k * mb, "tp_comm": k * tp, "edge_comm": k * edge, "dp_comm": k * dp["per_micro_batch"] + dp["per_step"],
             "optimizer": optimizer, "tp_exposed": tp_exposed, "dp_exposed": dp_exposed,
             "exposed": tp_exposed + dp_exposed, "total": total, "tokens_per_s_per_gpu": per_gpu,
             "tokens_per_s": per_gpu * setup.gpus, "mfu": reported_flops(model, setup) / total / gpu.bf16_flops}
-
-
-def _per_layer_terms(model: Model, gpu: GPU, link: str, tp: int, mfu: float):
-    """One block at TP degree ``tp`` (bf16, SP plan): (compute s per token, TP comm s per token, the
-    latency of its collectives in s). Per token the block computes 6·P_layer/t FLOPs and SP moves
-    4 all-gathers + 4 reduce-scatters of h bf16 values, (t-1)/t of each at NCCL's achieved bandwidth;
-    their 8·(t-1) ring steps and the 2·2(t-1) of the two norm-weight all-reduces cost α each, and each
-    of the 10 collectives NCCL's base latency."""
-    if link not in ("nvlink", "ib"):
-        raise ValueError(f"link must be 'nvlink' or 'ib', got {link!r}")
-    bw, alpha = (gpu.nvlink_busbw, gpu.nvlink_alpha) if link == "nvlink" else (gpu.ib_busbw, gpu.ib_alpha)
-    compute = 6 * model.layer_params() / tp / (gpu.bf16_flops * mfu)
-    comm = 8 * (tp - 1) / tp * 2 * model.dim / bw
-    return compute, comm, 10 * NCCL_BASE_LATENCY + (8 + 4) * (tp - 1) * alpha
-
-
-def tp_compute_over_comm(model: Model, gpu: GPU, link: str = "nvlink", tp: int = 8, mfu: float = DEFAULT_MFU):
-    """The arithmetic intensity of TP, per block and many tokens: compute time / TP traffic time.
-
-    Per token, the block does 6·P_layer/t FLOPs (P_layer ≈ 12h² for a GPT block) while TP moves
-    8·(t-1)/t·h·2 bytes (4 gathers + 4 scatters of h bf16 values, or 4 all-reduces). With R the
-    sustained FLOP/s (peak · mfu) and B the achieved link bytes/s, the ratio is 6·P_layer·B / (16·(t-1)·h·R)
-    ≈ 4.5·h·B / ((t-1)·R) for a GPT block: independent of the number of tokens, growing with the width h,
-    shrinking with t, and ~8x smaller over InfiniBand than over NVLink. Above 1, TP's traffic can hide
-    behind its own compute (async TP); below 1 no overlap can save it."""
-    compute, comm, _ = _per_layer_terms(model, gpu, link, tp, mfu)
-    return compute / comm
-
-
-def tp_crossover_tokens(model: Model, gpu: GPU, link: str = "nvlink", tp: int = 8, mfu: float = DEFAULT_MFU):
-    """The fewest tokens (b·s) per step for which one block's compute time covers its TP comm time.
-
-    Both grow linearly in tokens, so only the latency term makes a crossover: compute = n·c,
-    comm = n·k + A (A: α of every ring step). n ≥ A / (c - k) when c > k; ``math.inf`` when the
-    bandwidth alone outweighs the compute (``tp_compute_over_comm`` < 1): no batch makes TP pay there."""
-    c, k, latency = _per_layer_terms(model, gpu, link, tp, mfu)
-    return latency / (c - k) if c > k else math.inf
-
-
-def tp_max_inside(model: Model, gpu: GPU, link: str = "nvlink", mfu: float = DEFAULT_MFU) -> int:
-    """The largest TP degree (dividing the heads and KV heads; at most a node over NVLink) whose traffic
-    still fits under its compute (``tp_compute_over_comm`` ≥ 1); 1 if none."""
-    limit = gpu.gpus_per_node if link == "nvlink" else model.heads
-    ok = [t for t in range(2, limit + 1) if model.heads % t == 0 and model.kv_heads % t == 0
-          and tp_compute_over_comm(model, gpu, link, t, mfu) >= 1]
-    return max(ok, default=1)
