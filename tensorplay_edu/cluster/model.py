@@ -126,9 +126,8 @@ class Setup:
     (True means this package's float8 TP plan, tensorwise); ``fsdp_float8_gather``: FSDP all-gathers the
     blocks' weights in float8 (torchao's ``enable_fsdp_float8_all_gather``, tensorwise only, off by
     default). ``ac``: one of ``AC_MODES``. ``reduce_fp32``: gradients reduced in float32 (torchtitan's
-    default ``mixed_precision_reduce``). ``dtype_bytes``: the
-    compute dtype (bf16: 2). ``activations``: ``"llama"`` counts what this package's Llama saves,
-    ``"korthikanti"`` the paper's GPT layer."""
+    default ``mixed_precision_reduce``). ``dtype_bytes``: the compute dtype (bf16: 2). ``activations``:
+    ``"llama"`` counts what this package's Llama saves, ``"korthikanti"`` the paper's GPT layer."""
     tp: int = 1
     sp: bool = False
     loss_parallel: bool = False
