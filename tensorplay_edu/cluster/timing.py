@@ -2,9 +2,9 @@
 
 A step is ``micro_batches`` forward-backward passes and one optimizer update. Each matmul costs its FLOPs
 at a fitted efficiency or the bytes it reads and writes at a fitted share of HBM bandwidth, whichever is
-longer (a narrow per-rank matmul, t large, turns memory-bound); attention costs its causal FLOPs; each TP collective of
-a block is priced by :func:`tensorplay_edu.cluster.ring_terms` (and hidden under its own matmul by async
-TP); FSDP gathers and reduces every layer once per micro-batch, behind the compute when it fits.
+longer (a narrow per-rank matmul, t large, turns memory-bound); attention costs its causal FLOPs; each TP
+collective is priced by :func:`tensorplay_edu.cluster.ring_terms` (and hidden under its own matmul by
+async TP); FSDP gathers and reduces every layer once per micro-batch, behind the compute when it fits.
 The efficiencies and which published runs they were fitted to are in ``calibration.py``.
 
 Left out: memory-bound work other than the matmuls and the optimizer (norms, casts: folded into the
