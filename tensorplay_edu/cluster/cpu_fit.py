@@ -5,7 +5,7 @@ times anything). Importable from :mod:`tensorplay_edu.cluster` as well.
 
 from __future__ import annotations
 
-from .model import ring_steps
+from .model import bytes_sent, ring_steps
 
 __all__ = ["fit_cpu", "predict_step"]
 
@@ -32,7 +32,7 @@ def _ring_cost(collectives, world: int) -> tuple[float, float]:
             op, t, nbytes_sent = c.op, c.group_size, c.bytes
         else:
             (op, nbytes), t = c, world
-            nbytes_sent = (2 if op == "all_reduce" else 1) * (t - 1) / t * nbytes
+            nbytes_sent = bytes_sent(op, nbytes, t)
         steps += ring_steps(op, t) if op in ("all_reduce", "all_gather", "reduce_scatter") else t - 1
         sent += nbytes_sent
     return steps, sent

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["GPU", "GPUS", "Model", "MODELS", "Setup", "FLOAT8_RECIPES", "AC_MODES", "NCCL_BASE_LATENCY",
-           "ring_steps", "ring_terms", "collective_time"]
+           "ring_steps", "bytes_sent", "ring_terms", "collective_time"]
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,12 @@ def ring_steps(op: str, world: int) -> int:
     if steps is None:
         raise ValueError(f"op must be all_reduce, all_gather or reduce_scatter, got {op!r}")
     return steps * (world - 1)
+
+
+def bytes_sent(op: str, nbytes: float, world: int) -> float:
+    """Bytes each rank sends in one ring collective of a ``nbytes`` buffer on ``world`` ranks: (t-1)/t of
+    it, twice that for an all-reduce (CommDebugMode's count)."""
+    return ring_steps(op, world) * nbytes / world
 
 
 def ring_terms(op: str, nbytes: float, world: int, gpu: GPU, link: str = "nvlink",

@@ -170,14 +170,16 @@ def error_bands(rows: list[dict] | None = None) -> dict[str, tuple[float, float]
 
 
 def format_checks(rows: list[dict] | None = None) -> str:
-    """The checks as a table, with the error band they give."""
+    """The checks as a table (sources numbered below it), with the error bands they give."""
     rows = published_checks() if rows is None else rows
+    sources = list(dict.fromkeys(r["source"] for r in rows))
     width = max(len(r["what"]) for r in rows)
     lines = [f"{'published run (torchtitan and torchao, on 500 W H100s)':<{width}} {'role':>5} {'ours':>8} "
-             f"{'theirs':>8} {'ratio':>6}"]
-    lines += [f"{r['what']:<{width}} {r['role']:>5} {r['ours']:>8.4g} {r['theirs']:>8.4g} {r['ratio']:>6.2f}"
-              for r in rows]
+             f"{'theirs':>8} {'ratio':>6}  source"]
+    lines += [f"{r['what']:<{width}} {r['role']:>5} {r['ours']:>8.4g} {r['theirs']:>8.4g} {r['ratio']:>6.2f}  "
+              f"[{sources.index(r['source']) + 1}]" for r in rows]
+    lines += [""] + [f"[{i}] {source}" for i, source in enumerate(sources, 1)]
     bands = error_bands(rows)
-    lines.append("error band on the rows not fitted (ours / theirs): " + ", ".join(
+    lines.append("\nerror band on the rows not fitted (ours / theirs): " + ", ".join(
         f"{kind} {lo:.2f}-{hi:.2f}" for kind, (lo, hi) in bands.items()))
     return "\n".join(lines)

@@ -148,10 +148,11 @@ def needs(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int | Non
           reserve: float = RESERVE) -> str | None:
     """What a job needs beyond this model's TP and data parallelism when no layout fits, by name, or None."""
     feasible, refused = plan(model, gpus, gpu, seq, global_batch, reserve)
-    if feasible:
-        return None
-    model, gpu = _resolve(model, gpu)
-    global_batch = gpus if global_batch is None else global_batch
+    return None if feasible else _beyond(refused, *_resolve(model, gpu), seq, global_batch or gpus, reserve)
+
+
+def _beyond(refused: list[dict], model: Model, gpu: GPU, seq: int, global_batch: int, reserve: float) -> str:
+    """:func:`needs`, from the refusals of a plan where nothing fits."""
     memory_refusals = [r for r in refused if r["over"] > 0]
     if not memory_refusals:
         return (f"pipeline parallelism: a global batch of {global_batch} sequences cannot be shared by the data-parallel "
@@ -191,15 +192,15 @@ def plan_json(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int |
     """The plan as plain data (what ``--json`` prints): ``{"layouts": [...], "refused": [...], ...}``."""
     feasible, refused = plan(model, gpus, gpu, seq, global_batch, reserve)
     model, gpu = _resolve(model, gpu)
+    global_batch = gpus if global_batch is None else global_batch
     layouts = [{**_layout_fields(r["setup"]), "micro_batch": r["setup"].batch,
                 "micro_batches": r["setup"].micro_batches, "memory_gib": r["total"] / _GIB,
                 "memory_parts_gib": {k: v / _GIB for k, v in r["memory"].items()}, "step_s": r["time"]["total"],
                 "tokens_per_s_per_gpu": r["time"]["tokens_per_s_per_gpu"], "mfu": r["time"]["mfu"],
                 "tie_with_best": r["tie_with_best"], "risky": r["risky"]} for r in feasible]
-    return {"model": model.name, "gpus": gpus, "gpu": gpu.name, "seq": seq,
-            "global_batch": gpus if global_batch is None else global_batch,
+    return {"model": model.name, "gpus": gpus, "gpu": gpu.name, "seq": seq, "global_batch": global_batch,
             "usable_gib": (1 - reserve) * gpu.hbm_bytes / _GIB, "error_bands": error_bands(),
-            "needs": needs(model, gpus, gpu, seq, global_batch, reserve) if not feasible else None,
+            "needs": None if feasible else _beyond(refused, model, gpu, seq, global_batch, reserve),
             "layouts": layouts,
             "refused": [{"layout": _layout_fields(r["setup"]), "reason": r["reason"]} for r in refused]}
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from .calibration import CALIBRATED, Efficiency
-from .model import GPU, Model, Setup, collective_time
+from .model import GPU, Model, Setup, bytes_sent, collective_time
 
 __all__ = ["block_matmuls", "matmul_seconds", "compute_seconds", "reported_flops", "tp_collectives_per_layer",
            "tp_edge_collectives", "tp_bytes_per_layer", "tp_rings", "dp_seconds", "step_time"]
@@ -121,10 +121,10 @@ def tp_edge_collectives(model: Model, setup: Setup) -> list[tuple[str, str, floa
     """The TP collectives outside the blocks in one micro-batch, as (phase, op, full buffer bytes), as
     :func:`tensorplay_edu.models.parallelize_llama`'s plans issue them: the embedding's partial rows made
     whole (an all-reduce, or under SP a reduce-scatter, whose gradient is all-gathered back); the output
-    layer's input made whole (``f``:
-    backward all-reduce; under SP a forward all-gather, a backward reduce-scatter and the final norm's
-    weight gradient); then either the logits all-gathered (b·s·V values, the largest single collective
-    of a step) or, under ``loss_parallel``, three all-reduces of b·s float32 numbers (max, sum, target)."""
+    layer's input made whole (``f``: a backward all-reduce; under SP a forward all-gather, a backward
+    reduce-scatter and the final norm's weight gradient); then either the logits all-gathered (b·s·V
+    values, the largest single collective of a step) or, under ``loss_parallel``, three all-reduces of b·s
+    float32 numbers (max, sum, target)."""
     t, p = setup.tp, setup.dtype_bytes
     if t == 1:
         return []
@@ -141,13 +141,12 @@ def tp_edge_collectives(model: Model, setup: Setup) -> list[tuple[str, str, floa
     return out + [("forward", "all_gather", tokens * model.vocab * p)]
 
 
-def tp_bytes_per_layer(model: Model, setup: Setup) -> dict[str, dict[str, float]]:
-    """``{phase: {op: bytes each rank sends}}`` for one block: the ring's (t-1)/t of each buffer, twice
-    that for an all-reduce (CommDebugMode's convention)."""
-    t, out = setup.tp, {"forward": {}, "backward": {}}
-    for phase, op, nbytes in tp_collectives_per_layer(model, setup):
-        sent = (2 if op == "all_reduce" else 1) * (t - 1) / t * nbytes
-        out[phase][op] = out[phase].get(op, 0.0) + sent
+def tp_bytes_per_layer(model: Model, setup: Setup, collectives=None) -> dict[str, dict[str, float]]:
+    """``{phase: {op: bytes each rank sends}}`` (:func:`bytes_sent`, CommDebugMode's count) of one block's
+    collectives, or of ``collectives`` given as (phase, op, bytes) (e.g. :func:`tp_edge_collectives`)."""
+    out = {"forward": {}, "backward": {}}
+    for phase, op, nbytes in tp_collectives_per_layer(model, setup) if collectives is None else collectives:
+        out[phase][op] = out[phase].get(op, 0.0) + bytes_sent(op, nbytes, setup.tp)
     return out
 
 
@@ -167,7 +166,7 @@ def tp_rings(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED)
     Activation checkpointing reruns forward collectives (phase ``"recompute"``): full AC all four (two
     without SP); torchtitan's per-op SAC saves the reduce-scatters' outputs, so reruns the two gathers
     (under SP, each beside its one recomputed reader, wk or w3) or the two all-reduces."""
-    t, link = setup.tp, "ib" if setup.tp > gpu.gpus_per_node else "nvlink"
+    t, link = setup.tp, _tp_link(setup, gpu)
     fp8 = _block_passes(setup)[0]
     sec = {name: matmul_seconds(*shape, gpu, fp8, eff=eff) for name, shape in block_matmuls(model, setup).items()}
     mm = {"attention input": sec["wq"] + sec["wk"] + sec["wv"], "wo": sec["wo"],
@@ -192,8 +191,9 @@ def tp_rings(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED)
     return rings
 
 
-def _nodes(setup: Setup, gpu: GPU) -> int:
-    return max(1, math.ceil(setup.gpus / gpu.gpus_per_node))
+def _tp_link(setup: Setup, gpu: GPU) -> str:
+    """The TP group's link: NVLink inside a node, the network once t outgrows it."""
+    return "ib" if setup.tp > gpu.gpus_per_node else "nvlink"
 
 
 def dp_seconds(model: Model, setup: Setup, gpu: GPU) -> dict[str, float]:
@@ -209,7 +209,7 @@ def dp_seconds(model: Model, setup: Setup, gpu: GPU) -> dict[str, float]:
     d = setup.dp
     if d == 1:
         return {"per_micro_batch": 0.0, "per_step": 0.0, "unhidden": 0.0}
-    nodes = min(d, _nodes(setup, gpu))  # the replicas' ranks, gpus_per_node / t of them on each node
+    nodes = min(d, math.ceil(setup.gpus / gpu.gpus_per_node))  # a replica's ranks: gpus_per_node / t per node
     link = "ib" if nodes > 1 else "nvlink"
     red = 4 if setup.reduce_fp32 else setup.dtype_bytes
     block, edge = model.layer_params() / setup.tp, model.vocab * model.dim / setup.tp
@@ -234,9 +234,8 @@ def step_time(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED
 
     ``compute`` (all micro-batches, :func:`compute_seconds`), ``tp_comm`` (every TP collective of every
     block, recomputation's included, NVLink inside a node), ``edge_comm`` (:func:`tp_edge_collectives`),
-    ``dp_comm`` (:func:`dp_seconds`), ``optimizer`` (AdamW reads and writes
-    28 bytes per local parameter at HBM speed), ``exposed`` (communication left on the critical path:
-    ``tp_exposed`` + ``dp_exposed``),
+    ``dp_comm`` (:func:`dp_seconds`), ``optimizer`` (AdamW reads and writes 28 bytes per local parameter
+    at HBM speed), ``exposed`` (communication left on the critical path: ``tp_exposed`` + ``dp_exposed``),
     ``total``, ``tokens_per_s_per_gpu``, ``tokens_per_s``, ``mfu`` (torchtitan's way, :func:`reported_flops`).
     Overlap: FSDP's traffic hides behind its micro-batch's compute except what exceeds it and its first
     gather and last reduce-scatter; DDP's all-reduce behind the last backward; TP traffic sits on the
@@ -244,8 +243,8 @@ def step_time(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED
     mb = sum(compute_seconds(model, setup, gpu, eff).values())
     rings = tp_rings(model, setup, gpu, eff)
     tp = model.layers * sum(r["comm"] for r in rings)
-    link = "ib" if setup.tp > gpu.gpus_per_node else "nvlink"
-    edge = sum(collective_time(op, n, setup.tp, gpu, link) for _, op, n in tp_edge_collectives(model, setup))
+    edge = sum(collective_time(op, n, setup.tp, gpu, _tp_link(setup, gpu))
+               for _, op, n in tp_edge_collectives(model, setup))
     hidden = model.layers * sum(min(r["comm"], r["matmul"]) for r in rings) if setup.async_tp and setup.sp else 0.0
     dp = dp_seconds(model, setup, gpu)
     dp_exposed = max(0.0, dp["per_micro_batch"] - mb) + dp["unhidden"]
@@ -256,7 +255,8 @@ def step_time(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED
     tp_exposed, dp_exposed = k * (tp + edge - hidden), k * dp_exposed + ddp_exposed
     total = k * mb + tp_exposed + dp_exposed + optimizer
     per_gpu = setup.global_batch * setup.seq / setup.gpus / total
-    return {"compute": k * mb, "tp_comm": k * tp, "edge_comm": k * edge, "dp_comm": k * dp["per_micro_batch"] + dp["per_step"],
+    return {"compute": k * mb, "tp_comm": k * tp, "edge_comm": k * edge,
+            "dp_comm": k * dp["per_micro_batch"] + dp["per_step"],
             "optimizer": optimizer, "tp_exposed": tp_exposed, "dp_exposed": dp_exposed,
             "exposed": tp_exposed + dp_exposed, "total": total, "tokens_per_s_per_gpu": per_gpu,
             "tokens_per_s": per_gpu * setup.gpus, "mfu": reported_flops(model, setup) / total / gpu.bf16_flops}
