@@ -20,13 +20,13 @@ def test_right_answers_say_right(capsys):
 
 
 def test_wrong_answers_say_where_and_do_not_raise(capsys):
-    cases = [({"all_gather": 1}, {"all_gather": 2}, "'all_gather': 1 is too low"),
+    cases = [({"all_gather": 1}, {"all_gather": 2}, "'all_gather': 1 is not right"),
              ({"all_gather": 1}, {"all_reduce": 1}, "'all_gather' should not be there"),
              ({"all_gather": 1}, {"all_gather": 1, "all_reduce": 1}, "1 key(s) missing"),
              (torch.zeros(2, 3), torch.zeros(3, 2), "shape [2, 3] is not the shape it has"),
-             (torch.tensor([[0.0, 3.0]]), torch.tensor([[0.0, 2.0]]), "at [0, 1]: 3.0 is too high"),
+             (torch.tensor([[0.0, 3.0]]), torch.tensor([[0.0, 2.0]]), "at [0, 1]: 3.0 is not right"),
              ([1, 2], [1, 2, 3], "2 items: not the right number"),
-             (0.25, 0.5, "0.25 is too low"),
+             (0.25, 0.5, "0.25 is not right"),
              (True, False, "True is not right"),
              ("a string", torch.zeros(2), "cannot compare str with Tensor")]
     for answer, expected, why in cases:
@@ -70,10 +70,10 @@ def test_integers_compare_exactly_and_floats_relatively(capsys):
     under the other reading (an absolute tolerance for floats, rtol for integers)."""
     assert check(1e6 + 0.5, 1e6)  # 5e-7 relative: right, though 0.5 apart
     assert check(2.0, 2) and check(2, 2.0 + 1e-9)  # a float on either side: rtol
-    for answer, expected, kwargs, why in ((1e-9, 2e-9, {}, "1e-09 is too low"),  # 1e-9 apart, 50% off
-                                          (1000001, 1000000, {"rtol": 1e-3}, "1000001 is too high"),
+    for answer, expected, kwargs, why in ((1e-9, 2e-9, {}, "1e-09 is not right"),  # 1e-9 apart, 50% off
+                                          (1000001, 1000000, {"rtol": 1e-3}, "1000001 is not right"),
                                           (torch.tensor([7, 1000001]), torch.tensor([7, 1000000]), {"rtol": 1e-3},
-                                           "at [1]: 1000001 is too high")):
+                                           "at [1]: 1000001 is not right")):
         assert check(answer, expected, **kwargs) is None
         assert why in capsys.readouterr().out
     assert check(1.0005, 1.0, rtol=1e-3) and check(torch.tensor([1.0005]), torch.tensor([1.0]), rtol=1e-3)
@@ -94,4 +94,33 @@ def test_complex_and_nan(capsys):
 def test_tensor_verdict_names_the_first_wrong_place(capsys):
     """Not the place of the largest difference: there [1] is within rtol, [0] is not."""
     assert check(torch.tensor([1.0, 1e6 + 0.5]), torch.tensor([1.1, 1e6])) is None
-    assert "at [0]: 1.0 is too low" in capsys.readouterr().out
+    assert "at [0]: 1.0 is not right" in capsys.readouterr().out
+
+
+def test_a_wrong_number_never_says_which_way(capsys):
+    """"Too high" on one try and "too low" on the next would let a learner bisect to the answer."""
+    for answer, expected in ((3, 2), (1, 2), (2.5, 2.0), (1.5, 2.0), (torch.tensor([3.0]), torch.tensor([2.0]))):
+        assert check(answer, expected) is None
+        out = capsys.readouterr().out
+        assert "is not right" in out and "high" not in out and "low" not in out, out
+
+
+def test_try_it_runs_the_experiment_only_once_predicted(capsys):
+    """The learner's cell holds no measured value: TryIt measures at the first complete prediction,
+    once, and keeps the result for the next try and the solution."""
+    from tensorplay_edu.lab.exercise import TryIt
+    runs = []
+
+    def measure():
+        runs.append(1)
+        return {"forward": 2, "backward": 1}
+
+    try_counts = TryIt("counts", measure, hint="count the f and g")
+    assert try_counts({"forward": ..., "backward": 1}) is None and runs == []
+    assert "counts: not tried yet" in capsys.readouterr().out
+    assert try_counts({"forward": 1, "backward": 1}) is None and runs == [1]
+    out = capsys.readouterr().out
+    assert "'forward': 1 is not right" in out and "hint: count the f and g" in out and "2" not in out, out
+    assert try_counts({"forward": 2, "backward": 1}) is True and runs == [1]
+    assert capsys.readouterr().out == "counts: right\n"
+    assert try_counts.measured == {"forward": 2, "backward": 1} and repr(try_counts) == "TryIt('counts')"

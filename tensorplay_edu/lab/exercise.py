@@ -1,19 +1,15 @@
 """Exercises that ask before they tell.
 
-Every "Try it" in the notebooks is two cells. The first is yours: it computes what happens and
-compares it with your prediction, written where the ``...`` are::
+Every "Try it" in the notebooks is three cells, and only the middle one is open::
 
-    PREDICTED = {"forward": ..., "backward": ...}     # your prediction
-    measured = ...run the thing...
-    check(PREDICTED, measured, name="collectives")    # "not tried yet" while a ... is left
+    [collapsed]  try_rows = TryIt("rows first", measure_rows_first, hint=...)   # the experiment
+    [yours]      try_rows({"forward bytes": ...})          # "not tried yet" while a ... is left
+    [collapsed]  # Solution: open it once you have tried.  (source and outputs hidden)
 
-The second holds the solution, collapsed in JupyterLab (its source hidden: click the "..." to
-open it). It fills the answer and asserts ``check(...)``, so the notebook run in CI proves every
-answer right.
-
-:func:`check` never raises on an answer you have not written yet or a wrong one: it prints
-what it found and returns ``True`` when the answer is right, ``None`` otherwise (so a cell that ends
-in ``check(...)`` shows the printed verdict and nothing more).
+The experiment runs only once you have predicted every ``...``; its result lives in the ``TryIt``
+object, never in a variable of your cell. The verdict says right, or which item is not right, never
+in which direction (no bisection). The solution asserts the answer, so running the notebook in CI
+proves every answer right.
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ import numbers
 
 import torch
 
-__all__ = ["check", "untried", "check_against_one_process"]
+__all__ = ["TryIt", "check", "untried", "check_against_one_process"]
 
 
 def untried(answer) -> bool:
@@ -38,12 +34,9 @@ def untried(answer) -> bool:
     return False
 
 
-def _off(a, e, where: str) -> str:
-    """How a wrong number is off, without giving the right one away ("too high" only where that means
-    something: not for bools, nan or complex numbers)."""
-    if any(_is_bool(x) or isinstance(x, complex) or math.isnan(x) for x in (a, e)):
-        return f"{where}{a!r} is not right"
-    return f"{where}{a!r} is too {'high' if a > e else 'low'}"
+def _wrong(answer, where: str) -> str:
+    """Where an answer is wrong, not how: "too high" would let a learner bisect to the answer."""
+    return f"{where}{answer!r} is not right"
 
 
 def _is_bool(x) -> bool:
@@ -59,23 +52,23 @@ def _scalar(answer, expected, rtol: float, atol: float, where: str) -> str | Non
     """Two plain values: a bool only equals a bool; integers compare exactly; a float or complex on
     either side within ``rtol`` (relative) / ``atol``; nan equals only nan; anything else with ``==``."""
     if _is_bool(answer) and _is_bool(expected):
-        return None if bool(answer) == bool(expected) else f"{where}{answer!r} is not right"
+        return None if bool(answer) == bool(expected) else _wrong(answer, where)
     if _is_bool(expected):
         kind = "number" if _is_number(answer) else type(answer).__name__
         return f"{where}{answer!r} is a {kind} where True or False is asked for"
     if _is_bool(answer):
         return f"{where}{answer!r} is a bool where {'a number' if _is_number(expected) else 'no bool'} is asked for"
     if not (_is_number(answer) and _is_number(expected)):
-        return None if answer == expected else f"{where}{answer!r} is not right"
+        return None if answer == expected else _wrong(answer, where)
     if isinstance(answer, numbers.Integral) and isinstance(expected, numbers.Integral):
-        return None if answer == expected else _off(int(answer), int(expected), where)
+        return None if answer == expected else _wrong(answer, where)
     if not (isinstance(answer, numbers.Real) and isinstance(expected, numbers.Real)):  # a complex number
         a, e = complex(answer), complex(expected)
-        return None if cmath.isclose(a, e, rel_tol=rtol, abs_tol=atol) else _off(a, e, where)
+        return None if cmath.isclose(a, e, rel_tol=rtol, abs_tol=atol) else _wrong(answer, where)
     a, e = float(answer), float(expected)
     if math.isnan(a) or math.isnan(e):
-        return None if math.isnan(a) and math.isnan(e) else _off(a, e, where)
-    return None if math.isclose(a, e, rel_tol=rtol, abs_tol=atol) else _off(a, e, where)
+        return None if math.isnan(a) and math.isnan(e) else _wrong(answer, where)
+    return None if math.isclose(a, e, rel_tol=rtol, abs_tol=atol) else _wrong(answer, where)
 
 
 def _tensors(answer, expected, rtol: float, atol: float, where: str) -> str | None:
@@ -91,7 +84,7 @@ def _tensors(answer, expected, rtol: float, atol: float, where: str) -> str | No
     if not wrong.any():
         return None
     i = tuple(int(k) for k in wrong.nonzero()[0])  # the first wrong place
-    return _off(a[i].item(), e[i].item(), f"{where}at {list(i)}: ")
+    return _wrong(a[i].item(), f"{where}at {list(i)}: ")
 
 
 def _differs(answer, expected, rtol: float, atol: float, where: str) -> str | None:
@@ -132,8 +125,8 @@ def check(answer, expected, *, name: str = "your answer", rtol: float = 1e-6, at
     numbers and float tensors within ``rtol`` (relative) or ``atol`` (absolute, 0 by default); nan
     equals nan; a bool only a bool (``True`` is not ``1``: a number where True or False is asked for,
     or the other way round, is wrong, and says so); dicts key by key, lists item by item. The first
-    difference is printed with where it is and how (too high, too low, not right) but never the
-    expected value, then ``hint``. Never raises for a missing or wrong answer.
+    difference is printed with where it is (the key, the index) but neither the expected value nor
+    its direction, then ``hint``. Never raises for a missing or wrong answer.
     """
     if untried(answer):
         print(f"{name}: not tried yet (replace each ... with your prediction, then run this cell again)")
@@ -147,6 +140,34 @@ def check(answer, expected, *, name: str = "your answer", rtol: float = 1e-6, at
         return True
     print(f"{name}: not yet: {why}" + (f"\n  hint: {hint}" if hint else ""))
     return None
+
+
+class TryIt:
+    """One exercise's experiment, run once the learner has predicted.
+
+    ``measure()`` returns what the prediction is compared with, the same shape as the answer (a
+    dict, mostly). It runs at the first complete prediction and is kept in ``.measured`` for the
+    next try and for the solution, which reads it to explain. Calling the object with a prediction
+    prints the verdict of :func:`check` and returns ``True`` when right, ``None`` otherwise.
+    """
+
+    def __init__(self, name: str, measure, *, hint: str | None = None, rtol: float = 1e-6, atol: float = 0.0):
+        self.name, self._measure, self.hint, self.rtol, self.atol = name, measure, hint, rtol, atol
+        self._result = None
+
+    @property
+    def measured(self):
+        if self._result is None:
+            self._result = self._measure()
+        return self._result
+
+    def __call__(self, predicted) -> bool | None:
+        if untried(predicted):  # nothing is run, nothing is shown, until every ... is filled
+            return check(predicted, None, name=self.name)
+        return check(predicted, self.measured, name=self.name, rtol=self.rtol, atol=self.atol, hint=self.hint)
+
+    def __repr__(self) -> str:  # a cell ending in the object shows no result
+        return f"TryIt({self.name!r})"
 
 
 def check_against_one_process(per_rank, expected) -> None:
