@@ -45,11 +45,18 @@ bench: setup
 gpu-check: setup
 	bash benchmarks/gpu_check.sh
 
-# JupyterLab on notebooks/; extra flags through LAB_FLAGS (e.g. LAB_FLAGS="--no-browser --port=8899").
-# Jupyter refuses to start as root (containers) without --allow-root, so root gets it.
+# JupyterLab on notebooks/ (or LAB_DIR); extra flags through LAB_FLAGS (e.g. LAB_FLAGS="--no-browser --port=8899").
+# Jupyter refuses to start as root (containers) without --allow-root, so root gets it. The settings file spares
+# the learner JupyterLab's "get notified about news?" pop-up and its update check.
 LAB_FLAGS ?=
-lab: setup
-	.venv/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_FLAGS) notebooks/
+LAB_DIR ?= notebooks/
+LAB_SETTINGS := .venv/share/jupyter/lab/settings/overrides.d/tensorplay_edu.json
+$(LAB_SETTINGS): $(STAMP)
+	mkdir -p $(dir $@)
+	echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' > $@
+
+lab: setup $(LAB_SETTINGS)
+	.venv/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_FLAGS) $(LAB_DIR)
 
 clean:
 	rm -rf .venv build *.egg-info tensorplay_edu.egg-info .pytest_cache .hypothesis
