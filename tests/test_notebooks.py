@@ -2,7 +2,6 @@
 what you will learn, closes with a link to the next, has exercises with a checked answer, and needs nothing
 outside the repository."""
 
-import ast
 import json
 import re
 from pathlib import Path
@@ -45,37 +44,50 @@ def test_closes_with_a_link_to_the_next(path):
     assert headings and headings[-1] == "## Summary", f"{path.name}: the last section is '## Summary' (one name)"
 
 
-def _has_ellipsis(src: str) -> bool:
-    """A literal ``...`` in the code (not in a comment or a string): the learner's blank."""
-    code = "\n".join(line for line in src.splitlines() if not line.lstrip().startswith(("%", "!")))
-    return any(isinstance(n, ast.Constant) and n.value is Ellipsis for n in ast.walk(ast.parse(code)))
+SOLUTION = "# Solution: open it once you have tried."
+CALL = re.compile(r"^(try_\w+)\(PREDICTED\)$")
 
 
-def _text_outputs(cell) -> str:
-    return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+def _code_cells(path):
+    """(index, source, collapsed: source and outputs both, what the stored run printed) of each code cell."""
+    for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+        if cell["cell_type"] == "code":
+            folded = cell["metadata"].get("jupyter", {})
+            printed = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+            yield i, "".join(cell["source"]), bool(folded.get("source_hidden") and folded.get("outputs_hidden")), printed
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
 def test_exercises_ask_before_they_tell(path):
-    """Every '### Try it' is a cell the learner fills (``...`` blanks, ``check()`` says "not tried yet",
-    nothing raises) and then a solution cell, collapsed in JupyterLab, that fills the blanks and asserts
-    ``check()``: so nbval proves each answer while the learner still commits to a prediction first."""
-    raw = json.loads(path.read_text())["cells"]
-    tries = [i for i, c in enumerate(raw) if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("### Try it")]
-    assert len(tries) >= 2, f"{path.name}: at least two '### Try it' exercises"
-    for i in tries:
-        title = "".join(raw[i]["source"]).splitlines()[0]
-        ask, answer = raw[i + 1], raw[i + 2] if i + 2 < len(raw) else {"cell_type": None}
-        ask_src, answer_src = "".join(ask["source"]), "".join(answer.get("source", ""))
-        assert ask["cell_type"] == "code" and _has_ellipsis(ask_src) and "check(" in ask_src, \
-            f"{path.name}: '{title}' is followed by a cell with ... blanks and a check() call"
-        assert "assert check(" not in ask_src, f"{path.name}: '{title}': the learner's cell must not raise"
-        assert "not tried yet" in _text_outputs(ask), f"{path.name}: '{title}': run, the blank cell says 'not tried yet'"
-        assert answer["cell_type"] == "code" and answer.get("metadata", {}).get("jupyter", {}).get("source_hidden"), \
-            f"{path.name}: '{title}': then a solution cell, collapsed (metadata jupyter.source_hidden)"
-        assert "assert check(" in answer_src and not _has_ellipsis(answer_src), \
-            f"{path.name}: '{title}': the solution fills every blank and asserts check()"
-        assert ": right" in _text_outputs(answer), f"{path.name}: '{title}': the stored solution run says right"
+    """Every "Try it" is three code cells, and only the middle one is open: the experiment (collapsed,
+    source and outputs, its first line, the one JupyterLab shows, neutral), the learner's cell (only the
+    prediction and the call, stored saying "not tried yet"), and the solution (collapsed, its first line
+    the same everywhere, printing only its verdict: JupyterLab opens a cell's output when it runs it, so
+    after Run All any other print would show). nbval runs the solutions, so each answer is proven right.
+    tests/test_browser.py checks the same in JupyterLab itself."""
+    experiments, learners, solutions = {}, [], []
+    for i, source, folded, printed in _code_cells(path):
+        first, lines = source.split("\n", 1)[0], source.strip().splitlines()
+        assert "check(PREDICTED" not in source, f"{path.name} cell {i}: compares in the learner's sight"
+        if re.search(r"^(try_\w+) = TryIt\(", source, re.M):
+            assert folded and first.startswith("# The experiment") and "(open it after your try)" in first, \
+                f"{path.name} cell {i}: an experiment, collapsed, with a first line that gives nothing away"
+            experiments.update((name, i) for name in re.findall(r"^(try_\w+) = TryIt\(", source, re.M))
+        elif first.startswith("# Solution"):
+            assert first == SOLUTION and folded, f"{path.name} cell {i}: a solution, collapsed, first line {SOLUTION!r}"
+            assert re.fullmatch(r"[^\n]*: right\n", printed), f"{path.name} cell {i} prints more than its verdict: {printed!r}"
+            solutions.append(i)
+        elif CALL.match(lines[-1] if lines else ""):
+            assert not folded and lines[0].startswith("PREDICTED = ") and len(lines) <= 4 and "launch(" not in source, \
+                f"{path.name} cell {i}: the learner's cell holds only the prediction and the call"
+            assert printed.count("not tried yet") == 1, f"{path.name} cell {i} is stored tried: {printed!r}"
+            learners.append((i, CALL.match(lines[-1]).group(1)))
+    tries = [c for kind, c in _cells(path) if kind == "markdown" and c.startswith("### Try it")]
+    assert len(learners) == len(tries) >= 2, f"{path.name}: {len(tries)} '### Try it' headings, {len(learners)} exercises"
+    for i, name in learners:  # its experiment before it, its solution after it and before the next exercise
+        assert experiments.get(name, i) < i, f"{path.name} cell {i}: {name} is built after it is called"
+        assert any(j > i and not any(i < k < j for k, _ in learners) for j in solutions), f"{path.name} cell {i}: no solution"
+    assert len(solutions) == len(learners) == len(experiments), (path.name, solutions, learners, experiments)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
@@ -88,6 +100,21 @@ def test_needs_nothing_outside_the_repository(path):
                 around = src[max(0, m.start() - 30):m.end() + 30].lower()
                 assert "random" in around or "manual_seed" in around or "seed=" in around or "seeded" in around, \
                     f"{path.name}: 'seed' in prose should mean a random seed: ...{around}..."
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
+def test_the_minutes_stated_are_honest(path):
+    """At least the time to read its prose at 120 words a minute and its visible code at 12 lines a
+    minute, and 5 minutes per exercise: a notebook that grows must say so."""
+    words = code = exercises = 0
+    for cell in json.loads(path.read_text())["cells"]:
+        src = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            words, exercises = words + len(src.split()), exercises + src.startswith("### Try it")
+        elif not cell["metadata"].get("jupyter", {}).get("source_hidden"):
+            code += sum(1 for line in src.splitlines() if line.strip() and not line.strip().startswith("#"))
+    stated = int(re.search(r"Time: about (\d+) minutes", _cells(path)[0][1]).group(1))
+    assert stated >= words / 120 + code / 12 + 5 * exercises, (path.name, stated, words, code, exercises)
 
 
 def test_the_readme_lists_every_notebook_with_its_minutes():

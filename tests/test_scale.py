@@ -41,6 +41,10 @@ def test_setup_checks_its_fields():
                        (dict(tp=2.0), "tp"), (dict(float8="rowwise", fsdp_float8_gather=True), "tensorwise")):
         with pytest.raises(ValueError, match=match):
             Setup(**bad)
+    # A degree that splits a head prices no plan that runs: memory and time refuse it, saying why.
+    for cost in (lambda s: memory(MODELS["llama3-70b"], s), lambda s: step_time(MODELS["llama3-70b"], s, GPUS["h100"])):
+        with pytest.raises(ValueError, match="TP 16 does not divide its 8 KV heads"):
+            cost(Setup(tp=16))
 
 
 def test_memory_conventions():

@@ -242,7 +242,7 @@ def test_timeline_names_rings_and_marks_forward_and_backward():
     bracket over all ranks' bars, a key under the chart per phase, and the forward and the backward a shaded
     background; a reduce-scatter ring's matmuls are parts of sums and its transfers move sums."""
     from tensorplay_edu.viz import LANE_COLORS, draw_timeline
-    from tensorplay_edu.viz.runs import _PHASE_SHADE
+    from tensorplay_edu.viz.timelines import _PHASE_SHADE
 
     def rank(me):  # a gather ring (0-10 ms), then a reduce-scatter ring (15-26 ms), as async_tp labels them
         return [("transfer", f"chunk {1 - me}", 0.0, 0.006), ("compute", f"chunk {me}", 0.0001, 0.004),

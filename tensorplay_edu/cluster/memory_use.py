@@ -52,9 +52,9 @@ def llama_activations(model: Model, setup: Setup) -> dict[str, float]:
 
 
 # The loss's peak, in bytes per logit, as notebook 05 measures it (bf16 logits upcast to float32 for the
-# loss, as torchtitan; the caller drops the logits): gathered, the float32 copy, its log-softmax and the
-# gradient at once; loss_parallel, the bf16 logits, their float32 copy and one softmax buffer. float32
-# logits: 12 and 8.
+# loss, as torchtitan; the caller drops the logits): gathered, the float32 log-softmax the loss saved (4)
+# and two temporaries in backward, its gradient coming in and going out (8); loss_parallel, the bf16
+# logits, their float32 copy and one softmax buffer that becomes the gradient. float32 logits: 12 and 8.
 LOGIT_PEAK_BYTES = {2: {"gathered": 12, "loss_parallel": 10}, 4: {"gathered": 12, "loss_parallel": 8}}
 
 
@@ -100,6 +100,7 @@ def memory(model: Model, setup: Setup) -> dict[str, float]:
     unsharded float8 weights torchao keeps for backward unless ``force_recompute_fp8_weight_in_bwd``, the
     CUDA context and NCCL's buffers (the planner's reserve), and whatever makes a measured peak exceed
     the sum: ``published.error_bands()["memory"]`` says by how much it has."""
+    model.check_tp(setup.tp)
     t, d, p = setup.tp, setup.dp if setup.fsdp else 1, setup.dtype_bytes
     p_gpu = (model.params() - model.norm_params()) / t + model.norm_params()
     if setup.activations == "llama":

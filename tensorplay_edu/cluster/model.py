@@ -94,6 +94,14 @@ class Model:
         h, kv = self.dim, self.kv_heads * self.head_dim
         return 2 * h * h + 2 * h * kv + 3 * h * self.ffn
 
+    def check_tp(self, tp: int) -> None:
+        """Raise unless ``tp`` divides the query and the KV heads: a training plan gives each rank whole
+        heads (notebook 02b), so a cost at another degree would be the cost of no plan that runs."""
+        for what, n in (("query heads", self.heads), ("KV heads", self.kv_heads)):
+            if n % tp:
+                raise ValueError(f"{self.name}: TP {tp} does not divide its {n} {what}, and a training plan gives "
+                                 f"each rank whole heads (the planner refuses it): take a TP degree dividing {n}")
+
     def norm_params(self) -> int:
         """RMSNorm weights (2 per block and the final one): the only ones TP replicates."""
         return (2 * self.layers + 1) * self.dim

@@ -27,6 +27,7 @@ def block_matmuls(model: Model, setup: Setup) -> dict[str, tuple[int, int, int]]
     """One block's weight matmuls on one rank for one micro-batch, as (M, N, K) of the forward pass
     ``[M, K] @ [K, N]``: M = b·s tokens; colwise weights (wq, wk, wv, w1, w3) keep N/t columns, rowwise
     ones (wo, w2) K/t rows. Backward runs two more of the same FLOPs (input and weight gradients)."""
+    model.check_tp(setup.tp)
     n, h, kv, f, t = setup.batch * setup.seq, model.dim, model.kv_heads * model.head_dim, model.ffn, setup.tp
     return {"wq": (n, h // t, h), "wk": (n, kv // t, h), "wv": (n, kv // t, h), "wo": (n, h, h // t),
             "w1": (n, f // t, h), "w3": (n, f // t, h), "w2": (n, h, f // t)}

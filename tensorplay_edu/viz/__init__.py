@@ -2,13 +2,19 @@
 patches and texts):
 
 ==============  ==============================================================================
-``layouts``     what each rank holds, what a transition or a collective moves
+``layouts``     what each rank holds, what a transition or a collective moves, Megatron's f
+``heads``       attention heads per rank: GQA's query and kv heads, a view's cuts into heads
 ``runs``        what a run did: the flow through a parallelized model, CommDebugMode's counts,
-                a timeline of compute and transfers, memory bars
+                memory bars, loss differences, the order of a backward's gradient collectives
+``timelines``   compute beside transfers in time: a run's intervals, one timeline per ring
+``float8``      float8's values, why its amax is global, a step's bytes by dtype
 ``block``       one transformer block as the plans cut it: f, g (SP: g, ḡ), residual skips
-``ring``        a collective's ring schedule, step by step
+``ring``        a collective's ring schedule, step by step; async TP's schedules and step costs
 ``checkpoint``  a DCP checkpoint's saved chunks and what each rank reads back
 ``nodes``       which ranks of which node form each group of a (dp, tp) mesh
+``plans``       whole-model plans: loss gaps, the cost over a hand-written floor, HF's f and g
+``logits``      the vocabulary split: who owns which ids, the logits and their gradient, the bytes
+``zoo``         the bug zoo: a view's head groups, each bug's size
 ``style``       the palette and labels shared by all of them
 ==============  ==============================================================================
 
@@ -20,18 +26,33 @@ layout's frame takes the tensor's proportions (softened, within ``layouts.ASPECT
 Every public name is importable from ``tensorplay_edu.viz`` itself.
 """
 
-from .block import block_steps, draw_block
+from .block import block_changes, block_steps, draw_block, draw_block_pair
 from .checkpoint import draw_checkpoint, reads, saved_chunks, wanted_chunks
-from .layouts import draw_collective, draw_layout, draw_transition, pieces
-from .nodes import draw_nodes, node_groups
-from .ring import draw_ring, ring_steps
-from .runs import draw_comm_chart, draw_flow, draw_memory, draw_timeline, trace_flow
+from .float8 import draw_amax_slices, draw_bytes_by_kind, draw_float8_values
+from .heads import draw_gqa, draw_head_views, heads_per_rank
+from .layouts import draw_collective, draw_layout, draw_megatron_f, draw_transition, pieces
+from .logits import draw_logits_and_gradient, draw_vocab_owners, draw_wire_bytes
+from .nodes import draw_mesh_grid, draw_nodes, node_groups
+from .plans import draw_hf_layer, draw_loss_gaps, draw_overhead_ratios
+from .ring import draw_ring, draw_ring_step_costs, draw_schedules, draw_step_grid, ring_steps
+from .runs import (draw_comm_chart, draw_flow, draw_grad_sync_order, draw_memory, draw_relative_differences,
+                   trace_flow)
 from .style import (COMM_COLOR, FLOAT8_COLOR, FLOAT8_STYLE, LANE_COLORS, PARTIAL_HATCH, PHASE_COLORS, RANK_COLORS,
                     SHARED_COLOR, comm_label, float8_tag)
+from .timelines import draw_ring_timelines, draw_timeline
+from .zoo import draw_bug_sizes, draw_view_groups
 
 __all__ = ["COMM_COLOR", "RANK_COLORS", "SHARED_COLOR", "PARTIAL_HATCH", "FLOAT8_COLOR", "FLOAT8_STYLE", "LANE_COLORS",
            "PHASE_COLORS", "float8_tag", "comm_label",
-           "pieces", "draw_layout", "draw_transition", "draw_collective",
-           "trace_flow", "draw_flow", "draw_comm_chart", "draw_timeline", "draw_memory",
-           "block_steps", "draw_block", "ring_steps", "draw_ring",
-           "saved_chunks", "wanted_chunks", "reads", "draw_checkpoint", "node_groups", "draw_nodes"]
+           "pieces", "draw_layout", "draw_transition", "draw_collective", "draw_megatron_f",
+           "heads_per_rank", "draw_gqa", "draw_head_views",
+           "trace_flow", "draw_flow", "draw_comm_chart", "draw_memory", "draw_relative_differences",
+           "draw_grad_sync_order",
+           "draw_timeline", "draw_ring_timelines",
+           "draw_float8_values", "draw_amax_slices", "draw_bytes_by_kind",
+           "block_steps", "draw_block", "block_changes", "draw_block_pair",
+           "draw_vocab_owners", "draw_logits_and_gradient", "draw_wire_bytes",
+           "ring_steps", "draw_ring", "draw_schedules", "draw_step_grid", "draw_ring_step_costs",
+           "saved_chunks", "wanted_chunks", "reads", "draw_checkpoint", "node_groups", "draw_nodes", "draw_mesh_grid",
+           "draw_loss_gaps", "draw_overhead_ratios", "draw_hf_layer",
+           "draw_bug_sizes", "draw_view_groups"]

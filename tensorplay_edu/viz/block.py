@@ -3,7 +3,9 @@ cut it: Megatron's f and g (the vanilla plan), or the sequence-parallel pair (th
 
 :func:`block_steps` lists the block top to bottom: each module, each collective (with its
 forward and its backward, Megatron's name beside PyTorch's placements), and the tensor on every
-edge with its placement and *this rank's* local shape.  :func:`draw_block` draws that list.
+edge with its placement and *this rank's* local shape.  :func:`draw_block` draws that list;
+:func:`draw_block_pair` draws the vanilla and the sequence-parallel block side by side, the steps that
+sequence parallelism changes in red.
 ``tests/test_viz.py`` runs the real block under ``parallelize_llama`` and checks the list's
 shapes against the tensors the modules return, so the picture cannot drift from the code.
 
@@ -22,7 +24,7 @@ from matplotlib.path import Path
 from ..placement import chunk_sizes
 from .style import COMM_COLOR, PHASE_COLORS
 
-__all__ = ["block_steps", "draw_block"]
+__all__ = ["block_steps", "block_changes", "draw_block", "draw_block_pair"]
 
 _FILL = {"module": "#E8EEF7", "local": "#FFFFFF", "comm": "#FBE3E3", "input": "#F4F4F4"}
 
@@ -132,5 +134,78 @@ def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None,
     ax.set_title(title or (f"one block, {'full plan (sequence parallel)' if sp else 'vanilla plan (Megatron f and g)'}"
                            f", t = {t}: every shape is rank {rank}'s local shape (s = {seq}"
                            + (f", s/t = {chunk_sizes(seq, t)[rank]}" if sp else "") + ")"), fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+_KEYS = ("what", "fwd", "bwd", "placement", "shape", "also")
+_QUALIFIED = {"f: ": "Megatron's f: ", "g: ": "Megatron's g: ", "g (SP): ": "SP's g: ", "g\u0304 (SP): ": "SP's g\u0304: "}
+
+
+def block_changes(world_size: int = 2, rank: int = 0, **dims) -> list[int]:
+    """The indices of :func:`block_steps` where the sequence-parallel block differs from the vanilla one
+    (its style or collective, or the placement or local shape of the tensor leaving it): the residual
+    stream, the norms and the four collectives; the inside of attention and of the feed-forward is the same."""
+    vanilla, sp = block_steps(False, world_size, rank, **dims), block_steps(True, world_size, rank, **dims)
+    return [i for i, (a, b) in enumerate(zip(vanilla, sp)) if any(a[k] != b[k] for k in _KEYS)]
+
+
+def _qualified(what: str) -> str:
+    """A collective's letter with its owner: Megatron's f / g, SP's g / g-bar (the two g's are different)."""
+    for short, long in _QUALIFIED.items():
+        if what.startswith(short):
+            return long + what[len(short):]
+    return what
+
+
+def draw_block_pair(world_size: int = 2, rank: int = 0, title=None, **dims):
+    """The block of :func:`block_steps` twice, side by side: the vanilla plan (Megatron's f and g) on the
+    left, the full plan (sequence parallel: SP's g and g-bar) on the right, box for box.  The steps that
+    sequence parallelism changes (:func:`block_changes`) have a thick red edge, and a tensor whose placement
+    or local shape changes has a red label;
+    the rest, the inside of attention and of the feed-forward, is drawn in black in both.  Each collective
+    says its forward / backward in its box; on each arrow the tensor that flows, ``placement · [local
+    shape]`` on rank ``rank``.  ``dims``: as :func:`block_steps`."""
+    changed = set(block_changes(world_size, rank, **dims))
+    pair = list(zip(block_steps(False, world_size, rank, **dims), block_steps(True, world_size, rank, **dims)))
+    moved = {i for i, (a, b) in enumerate(pair) if (a["placement"], a["shape"]) != (b["placement"], b["shape"])}
+    fig, axes = plt.subplots(1, 2, figsize=(14, 10.6))
+    t, seq = world_size, dims.get("seq", 8)
+    for ax, sp in zip(axes, (False, True)):
+        steps = block_steps(sp, world_size, rank, **dims)
+        n = len(steps)
+        ax.axis("off")
+        ax.set_xlim(-0.7, 8.4)
+        ax.set_ylim(-1.5, n - 0.2)
+        for i, st in enumerate(steps):
+            y, red = n - 1 - i, i in changed
+            comm = st["kind"] == "comm"
+            ax.add_patch(FancyBboxPatch((0.4, y - 0.24), 3.9, 0.48, boxstyle="round,pad=0.02",
+                                        facecolor=_FILL[st["kind"]], edgecolor=COMM_COLOR if red else "black",
+                                        linewidth=2.2 if red else 0.8, gid=f"{'changed' if red else 'same'} {st['name']}"))
+            ax.text(2.35, y + 0.08, st["name"], ha="center", va="center", fontsize=9, weight="bold")
+            ax.text(2.35, y - 0.13, _qualified(st["what"]), ha="center", va="center", fontsize=8,
+                    color=COMM_COLOR if comm else "black")
+            if i + 1 < n:
+                ax.add_patch(FancyArrowPatch((2.35, y - 0.25), (2.35, y - 0.75), arrowstyle="->", mutation_scale=12))
+            shape = f"{st['shape']} | {st['also']}" if st["also"] else f"{st['shape']}"
+            ax.text(4.45, y - 0.5 if i + 1 < n else y - 0.42, f"{st['placement']} \u00b7 {shape}", ha="left",
+                    va="center", fontsize=8, family="monospace", color=COMM_COLOR if i in moved else "black")
+        adds = [i for i, st in enumerate(steps) if st["name"].startswith("+ ")]
+        for start, add, name in zip([0] + adds[:-1], adds, ("x", "r")):
+            y0, y1 = n - 1 - start - 0.1, n - 1 - add + 0.1
+            path = Path([(0.4, y0), (-0.1, y0), (-0.1, y1), (0.4, y1)], [Path.MOVETO] + [Path.LINETO] * 3)
+            ax.add_patch(FancyArrowPatch(path=path, arrowstyle="->", mutation_scale=12, lw=1.2, color="black",
+                                         gid=f"residual {name}"))
+            ax.text(-0.2, (y0 + y1) / 2, f"residual: {name}", rotation=90, ha="right", va="center", fontsize=8)
+        letters = ("SP's g: all-gather forward, reduce-scatter backward\n"
+                   "SP's g\u0304: reduce-scatter forward, all-gather backward" if sp else
+                   "Megatron's f: identity forward, all-reduce backward\n"
+                   "Megatron's g: all-reduce forward, identity backward")
+        ax.text(-0.6, -1.1, letters, ha="left", va="center", fontsize=8, color=COMM_COLOR)
+        ax.set_title(f"full plan (sequence parallel), s/t = {chunk_sizes(seq, t)[rank]}" if sp
+                     else f"vanilla plan (Megatron's f and g), s = {seq}", fontsize=10, weight="bold")
+    fig.suptitle(title or (f"one block, t = {t}, every shape rank {rank}'s local one (placement \u00b7 [local shape]): "
+                           "red, what sequence parallelism changes; black, the same in both"), fontsize=10)
     fig.tight_layout()
     return fig

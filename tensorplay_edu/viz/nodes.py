@@ -23,7 +23,7 @@ from matplotlib.patches import FancyBboxPatch, Rectangle
 
 from .style import COMM_COLOR, RANK_COLORS
 
-__all__ = ["node_groups", "draw_nodes"]
+__all__ = ["node_groups", "draw_nodes", "draw_mesh_grid"]
 
 _GAP = 0.8  # between two nodes' frames, in GPU widths
 
@@ -114,4 +114,33 @@ def draw_nodes(mesh_shape, gpus_per_node: int, mesh_dim_names=None, title: str |
     ax.set_title(title or f"{len(layout['nodes'])} nodes x {gpus_per_node} GPUs, mesh {shape} named {names}",
                  fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+def draw_mesh_grid(dp: int, tp: int, title=None):
+    """A ``(dp, tp)`` mesh as a grid of its ranks, filled row by row as ``init_device_mesh`` does: rank r at
+    ``(r // tp, r % tp)``, in its colour. Each row, a TP group (one node, every layer), has a solid frame; each
+    column, a DP group (once per step), a dashed one."""
+    fig, ax = plt.subplots(figsize=(7, 1.8 * dp))
+    x0, y0 = (lambda t: t * 2.6), (lambda d: -d * 1.7)  # where rank (d, t) sits
+    for r in range(dp * tp):
+        d, t = divmod(r, tp)
+        ax.add_patch(Rectangle((x0(t), y0(d)), 1.6, 0.9, color=RANK_COLORS[r % len(RANK_COLORS)]))
+        ax.text(x0(t) + 0.8, y0(d) + 0.45, f"rank {r}\n(dp {d}, tp {t})", ha="center", va="center",
+                color="white", fontsize=10, weight="bold")
+    for d in range(dp):  # rows: TP groups, solid frames
+        ax.add_patch(FancyBboxPatch((x0(0) - 0.4, y0(d) - 0.12), x0(tp - 1) + 2.4, 1.14, fill=False, lw=2,
+                                    ec="black", boxstyle="round,pad=0.02", gid=f"tp {d}"))
+        ax.text(x0(tp - 1) + 2.2, y0(d) + 0.45, f"TP group {list(range(d * tp, (d + 1) * tp))}\nnode {d}, every layer",
+                va="center", fontsize=9)
+    for t in range(tp):  # columns: DP groups, dashed frames
+        ax.add_patch(FancyBboxPatch((x0(t) - 0.15, y0(dp - 1) - 0.3), 1.9, y0(0) - y0(dp - 1) + 1.5, fill=False,
+                                    lw=1.5, ec="dimgray", ls="--", boxstyle="round,pad=0.02", gid=f"dp {t}"))
+        ax.text(x0(t) + 0.8, y0(dp - 1) - 0.4, f"DP group {list(range(t, dp * tp, tp))}\nonce per step",
+                ha="center", va="top", fontsize=9, color="dimgray")
+    ax.set_xlim(-0.6, x0(tp - 1) + 4.4)
+    ax.set_ylim(y0(dp - 1) - 1.1, 1.3)
+    ax.axis("off")
+    ax.set_title(title or f"{dp * tp} ranks as a (dp, tp) = ({dp}, {tp}) mesh: rows are TP groups, columns DP groups",
+                 fontsize=10)
     return fig

@@ -16,7 +16,10 @@ Either way each rank sends ``t - 1`` chunks, ``(t - 1)/t * n`` bytes.  (The same
 the collective matmul rings of :mod:`tensorplay_edu.async_tp`, notebook 10.)
 
 :func:`ring_steps` runs a ring on *sets of ranks* (whose data a buffer slot holds), and
-:func:`draw_ring` draws it, one panel per step.  Matplotlib only; the Figure is returned.
+:func:`draw_ring` draws it, one panel per step. For async TP's rings (notebook 10): :func:`draw_step_grid`
+draws a schedule as a grid of steps by ranks, :func:`draw_schedules` schedules side by side on one time
+axis, and :func:`draw_ring_step_costs` one step's transfer against its matmul. Matplotlib only; the Figure
+is returned.
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from .style import RANK_COLORS
+from .style import LANE_COLORS, RANK_COLORS
 
-__all__ = ["ring_steps", "draw_ring"]
+__all__ = ["ring_steps", "draw_ring", "draw_schedules", "draw_step_grid", "draw_ring_step_costs"]
 
 _OPS = ("all_gather", "reduce_scatter")
 _ON_COLOR = dict(boxstyle="round,pad=0.12", facecolor="white", edgecolor="none", alpha=0.85)  # text over colours
@@ -133,5 +136,80 @@ def draw_ring(op: str, world_size: int = 4):
                  f"after {t - 1} steps rank d holds the whole sum of chunk d (colour: whose addends a slot holds; "
                  "thick edge: arrived in this step)")
     fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def draw_schedules(schedules, totals, xlabel, title=None):
+    """Schedules side by side on one time axis: ``schedules[name]`` lists ``(lane, label, start, end)`` bars
+    (lane ``"compute"`` or ``"transfer"``); each schedule gets a compute lane above a transfer lane, top to
+    bottom in the order given, and a dotted line at ``totals[name]``, its end."""
+    names = list(schedules)
+    y_of = {(name, lane): 3 * (len(names) - 1 - i) + (lane == "compute") for i, name in enumerate(names)
+            for lane in ("compute", "transfer")}
+    fig, ax = plt.subplots(figsize=(10, 1.3 * len(names)))
+    for name, bars in schedules.items():
+        for lane, label, start, end in bars:
+            y = y_of[(name, lane)]
+            ax.add_patch(Rectangle((start, y - 0.38), end - start, 0.76, facecolor=LANE_COLORS[lane],
+                                   edgecolor="white"))
+            ax.text((start + end) / 2, y, label, ha="center", va="center", fontsize=8,
+                    color="white" if lane == "compute" else "black")
+        ax.vlines(totals[name], y_of[(name, "transfer")] - 0.5, y_of[(name, "compute")] + 0.5, color="black", lw=1,
+                  ls=":")  # across this schedule's lanes only
+        ax.text(totals[name] + 0.08, y_of[(name, "compute")] + 0.25, f"{name}: {totals[name]:.1f}", fontsize=8,
+                va="center")
+    ax.set_yticks(list(y_of.values()), [f"{name}, {lane}" for name, lane in y_of], fontsize=8)
+    ax.set(xlim=(0, max(totals.values()) + 1.6), ylim=(-0.6, max(y_of.values()) + 0.6), xlabel=xlabel)
+    ax.set_title(title or "schedules", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def draw_step_grid(grid, text, owner, title):
+    """A ring schedule as a grid: ``grid[k][r]`` (what rank r works on at step k) drawn at row k, column r,
+    coloured by rank ``owner(grid[k][r])`` and labelled ``text(k, r, grid[k][r])``; an arrow from each cell to
+    rank r+1's cell one step down (the last rank's wraps around to rank 0): a transfer made during the step."""
+    n_steps, t = len(grid), len(grid[0])
+    fig, ax = plt.subplots(figsize=(10, 1.0 * n_steps + 0.9))
+    for k, row in enumerate(grid):
+        y = n_steps - 1 - k
+        ax.text(-0.1, y + 0.5, f"step {k}", ha="right", va="center", fontsize=9)
+        for r, c in enumerate(row):
+            ax.add_patch(Rectangle((r + 0.05, y + 0.15), 0.7, 0.7, facecolor=RANK_COLORS[owner(c)],
+                                   edgecolor="black", alpha=0.8))
+            ax.text(r + 0.4, y + 0.5, text(k, r, c), ha="center", va="center", fontsize=8)
+            if k < n_steps - 1:
+                end = (r + 1 + 0.05, y - 0.15) if r < t - 1 else (t + 0.05, y - 0.15)
+                ax.add_patch(FancyArrowPatch((r + 0.75, y + 0.2), end, arrowstyle="->", mutation_scale=12, lw=1.2,
+                                             gid=f"step {k} rank {r}"))
+                if r == t - 1:
+                    ax.text(t + 0.08, y - 0.15, "to rank 0", fontsize=8, va="center")
+                    ax.add_patch(FancyArrowPatch((-0.05, y - 0.15), (0.05, y - 0.15), arrowstyle="->",
+                                                 mutation_scale=12))                # ... arriving at rank 0
+    for r in range(t):
+        ax.text(r + 0.4, n_steps + 0.1, f"rank {r}", ha="center", fontsize=9, weight="bold", color=RANK_COLORS[r])
+    ax.set(xlim=(-0.75, t + 0.6), ylim=(-0.2, n_steps + 0.45))
+    ax.axis("off")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def draw_ring_step_costs(tokens_per_rank, transfer, matmuls, hides_from, title=None):
+    """One ring step's cost against the chunk's tokens per rank, on log-log axes: ``transfer`` (µs per step, pale
+    teal, thick) and each of ``matmuls[label] = µs per step`` (dark teal: the first solid, the next dashed);
+    shaded from ``hides_from`` on, where the transfer hides under the first (solid) matmul."""
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    ax.loglog(tokens_per_rank, transfer, color=LANE_COLORS["transfer"], lw=3, label="transfer of one chunk")
+    for (label, values), style in zip(matmuls.items(), ("-", "--", ":", "-.")):
+        ax.loglog(tokens_per_rank, values, style, color=LANE_COLORS["compute"], lw=2,
+                  label=f"matmul of one chunk: {label}")
+    if hides_from < tokens_per_rank[-1]:
+        ax.axvspan(hides_from, tokens_per_rank[-1], color=LANE_COLORS["transfer"], alpha=0.2, lw=0,
+                   label="the transfer hides (solid line)")
+    ax.set(xlabel="tokens per rank, s_r", ylabel="µs per ring step")
+    ax.set_title(title or "one ring step: transfer against matmul", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig

@@ -1,8 +1,8 @@
 """Pictures of what a run did: the layouts flowing through a parallelized model
 (:func:`trace_flow` / :func:`draw_flow`), the collectives CommDebugMode counted
-(:func:`draw_comm_chart`), a timeline of compute and transfers (:func:`draw_timeline`) and
-memory stacked by component (:func:`draw_memory`).
-Reached as ``tensorplay_edu.viz.*``; colours and conventions are viz's.
+(:func:`draw_comm_chart`), memory stacked by component (:func:`draw_memory`), the loss differences
+step by step (:func:`draw_relative_differences`) and the order of a backward's gradient collectives
+(:func:`draw_grad_sync_order`). Reached as ``tensorplay_edu.viz.*``; colours and conventions are viz's.
 """
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
-from matplotlib.transforms import blended_transform_factory
 
 from ..debug import CommDebugMode
 from ..dtensor import DTensor
-from .style import COMM_COLOR, FLOAT8_STYLE, LANE_COLORS, PHASE_COLORS, RANK_COLORS, comm_label, float8_tag
+from .style import COMM_COLOR, FLOAT8_STYLE, PHASE_COLORS, comm_label, float8_tag
 
-__all__ = ["trace_flow", "draw_flow", "draw_comm_chart", "draw_timeline", "draw_memory"]
+__all__ = ["trace_flow", "draw_flow", "draw_comm_chart", "draw_memory", "draw_relative_differences", "draw_grad_sync_order"]
 
 
 def _describe_value(x) -> str:
@@ -59,37 +58,75 @@ def trace_flow(model, *inputs, depth: int = 3) -> list[tuple[str, str, str, str]
     return [tuple(r) for r in rows]
 
 
+def _flow_text(ax, x, y, text, ha, fontsize=8):
+    ax.text(x, y, text, ha=ha, va="center", fontsize=fontsize, bbox=FLOAT8_STYLE if float8_tag(text) else None)
+
+
+def _flow_comms(ax, y, comms):
+    lines = [c for c in comms.split(", ") if c] if comms else []
+    if lines and not any(float8_tag(c) for c in lines):  # one collective per line, in the right margin
+        ax.text(1.0, y, comms.replace(", ", "\n"), ha="left", va="center", fontsize=8, color=COMM_COLOR)
+        return
+    for j, c in enumerate(lines):  # one text per collective, the float8 ones boxed and tagged
+        yj = y + 0.22 * ((len(lines) - 1) / 2 - j)
+        f8 = float8_tag(c)
+        ax.text(1.0, yj, f"{c}  1 B/elem" if f8 else c, ha="left", va="center", fontsize=8,
+                color="black" if f8 else COMM_COLOR, bbox=FLOAT8_STYLE if f8 else None)
+
+
+def _each(texts):
+    """One text for a row of side-by-side modules: the shared one, or each module's on its own line."""
+    texts = list(texts)
+    return texts[0] if len(set(texts)) == 1 else "\n".join(texts)
+
+
 def draw_flow(steps, title=None):
     """The layouts through a model: ``steps`` is a list of ``(module, input layout, output
     layout, collectives)`` rows (strings), top to bottom, e.g. from a traced forward; an arrow
     leads from each module to the next.
 
+    A step may also be a **list** of such rows: modules that read the same input side by side
+    (``wq``, ``wk``, ``wv``). They are drawn as boxes in one row, each fed by an arrow from the
+    step above (a fan-out) and each leading to the step below (a fan-in); their input is written
+    once when they share it, and an output or collectives they share is written once with
+    ``(each)``. A row whose three texts are empty is a step that is not a module (the attention
+    core: functions): a dashed box, its name in italics.
+
     A layout or a collective naming a float8 format (``e4m3``, ``e5m2``, ``float8_e4m3fn``...)
     is drawn in a gold dashed box (:data:`FLOAT8_STYLE`); a float8 collective is tagged
     ``1 B/elem``, and a note under the rows says what the box means.
     """
-    n = len(steps)
-    any_float8 = any(float8_tag(text) for step in steps for text in step[1:])
+    levels = [list(step) if isinstance(step, list) else [tuple(step)] for step in steps]
+    n = len(levels)
+    any_float8 = any(float8_tag(text) for level in levels for row in level for text in row[1:])
     fig, ax = plt.subplots(figsize=(9, 0.9 * n + 0.8 + (0.3 if any_float8 else 0)))
     ax.axis("off")
-    for i, (module, layout_in, layout_out, comms) in enumerate(steps):
+    centres = []  # per level, the x of each box's centre
+    for i, level in enumerate(levels):
+        y, k = n - i - 0.5, len(level)
+        width = (0.4 - 0.03 * (k - 1)) / k
+        xs = [0.3 + j * (width + 0.03) for j in range(k)]
+        centres.append([x + width / 2 for x in xs])
+        for x, (module, layout_in, layout_out, comms) in zip(xs, level):
+            note = not (layout_in or layout_out or comms)
+            ax.add_patch(Rectangle((x, y - 0.3), width, 0.6, facecolor="white" if note else "#E8EEF7",
+                                   edgecolor="black", linestyle="--" if note else "-"))
+            ax.text(x + width / 2, y, module, ha="center", va="center", fontsize=9 if k == 1 else 8,
+                    weight="normal" if note else "bold", style="italic" if note else "normal")
+        _flow_text(ax, 0.28, y, _each(row[1] for row in level), "right")
+        out, comms = _each(row[2] for row in level), _each(row[3] for row in level)
+        shared = k > 1 and len({row[2] for row in level}) == 1
+        _flow_text(ax, 0.72, y, f"{out}  (each)" if shared and out else out, "left")
+        _flow_comms(ax, y, ", ".join(f"{c} (each)" for c in comms.split(", ")) if k > 1 and comms and
+                    len({row[3] for row in level}) == 1 else comms)
+    for i in range(n - 1):  # every box of a step to every box of the next: what runs next
         y = n - i - 0.5
-        ax.add_patch(Rectangle((0.3, y - 0.3), 0.4, 0.6, facecolor="#E8EEF7", edgecolor="black"))
-        if i + 1 < n:  # what runs next: an arrow to the box below
-            ax.add_patch(FancyArrowPatch((0.5, y - 0.3), (0.5, y - 0.7), arrowstyle="-|>", mutation_scale=10,
-                                         color="black", lw=0.8, gid=f"flow {i}->{i + 1}"))
-        ax.text(0.5, y, module, ha="center", va="center", fontsize=9, weight="bold")
-        for x, ha, layout in ((0.28, "right", layout_in), (0.72, "left", layout_out)):
-            ax.text(x, y, layout, ha=ha, va="center", fontsize=8, bbox=FLOAT8_STYLE if float8_tag(layout) else None)
-        lines = [c for c in comms.split(", ") if c] if comms else []
-        if lines and not any(float8_tag(c) for c in lines):  # one collective per line, in the right margin
-            ax.text(1.0, y, comms.replace(", ", "\n"), ha="left", va="center", fontsize=8, color=COMM_COLOR)
-        else:  # one text per collective, the float8 ones boxed and tagged
-            for j, c in enumerate(lines):
-                yj = y + 0.22 * ((len(lines) - 1) / 2 - j)
-                f8 = float8_tag(c)
-                ax.text(1.0, yj, f"{c}  1 B/elem" if f8 else c, ha="left", va="center", fontsize=8,
-                        color="black" if f8 else COMM_COLOR, bbox=FLOAT8_STYLE if f8 else None)
+        for a, xa in enumerate(centres[i]):
+            for b, xb in enumerate(centres[i + 1]):
+                one = len(centres[i]) == len(centres[i + 1]) == 1
+                gid = f"flow {i}->{i + 1}" if one else f"flow {i}.{a}->{i + 1}.{b}"
+                ax.add_patch(FancyArrowPatch((xa, y - 0.3), (xb, y - 0.7), arrowstyle="-|>", mutation_scale=10,
+                                             color="black", lw=0.8, gid=gid))
     ax.set_xlim(0, 1)
     ax.set_ylim(-0.45 if any_float8 else 0, n)
     if any_float8:
@@ -125,130 +162,6 @@ def draw_comm_chart(records, title=None):
     return fig
 
 
-_RING_OPS = {"all_gather_matmul": "all-gather \u2192 matmul", "matmul_reduce_scatter": "matmul \u2192 reduce-scatter"}
-_PHASE_SHADE = {"forward": "#EFEFEF", "backward": "#FFF6DC"}  # timeline backgrounds (not rank or lane colours)
-
-
-def _ring_name(ring) -> tuple[str, str]:
-    """(text, phase) of one ring: a CommRecord-like (``.module``, ``.op``, ``.phase``), a ``(module, phase[, op])``
-    tuple or a plain string."""
-    if hasattr(ring, "op"):
-        module, phase, op = ring.module, ring.phase, ring.op
-    elif isinstance(ring, str):
-        return ring, ""
-    else:
-        module, phase, op = (tuple(ring) + ("",))[:3]
-    return f"{module or '-'}: {_RING_OPS.get(op, op)}".rstrip(": "), phase
-
-
-def _bar_labels(ivs, t):
-    """Per interval, its labels longest first: ``"step 2/3: matmul chunk 1"``, ``"matmul chunk 1"``, ``"chunk 1"``,
-    ``"1"``.  A rank's rings are t computes and t-1 transfers each, one after the other (async_tp's rings):
-    where the counts say so, each bar gets its ring (``ring``) and step; a transfer's step is the matmul it
-    runs under.  Returns (labels, ring of each interval or None)."""
-    comps = sorted((j for j, iv in enumerate(ivs) if iv[0] == "compute"), key=lambda j: ivs[j][2])
-    sends = sorted((j for j, iv in enumerate(ivs) if iv[0] == "transfer"), key=lambda j: ivs[j][2])
-    rings = len(comps) // t if t > 1 and len(comps) % t == 0 and len(sends) == (t - 1) * (len(comps) // t) else 0
-    ring_of, step_of = [None] * len(ivs), [None] * len(ivs)
-    for i, j in enumerate(comps if rings else []):
-        ring_of[j], step_of[j] = i // t, i % t
-    for i, j in enumerate(sends if rings else []):
-        ring_of[j] = i // (t - 1)
-        mine = comps[ring_of[j] * t:(ring_of[j] + 1) * t]
-        step_of[j] = next((k for k, c in enumerate(mine) if ivs[c][2] >= ivs[j][2]), t - 1)
-    scatter = {ring_of[j] for j in sends if ivs[j][1].startswith("sum ")}
-    labels = []
-    for j, (kind, label, *_) in enumerate(ivs):
-        word, _, num = label.rpartition(" ")
-        ring, k = ring_of[j], step_of[j]
-        if word not in ("chunk", "sum") or not num.isdigit():
-            labels.append([label, num] if num else [label])
-            continue
-        c = int(num)
-        if kind == "compute":
-            what = f"part of sum {c}" if ring is not None and ring in scatter else f"matmul chunk {c}"
-        else:
-            what = f"send {word} {(c + 1) % t}, get {word} {c}" if t > 1 else f"get {word} {c}"
-        long = [f"step {k + 1}/{t}: {what}"] if k is not None else []
-        labels.append(long + [what, label, num])
-    return labels, ring_of
-
-
-def draw_timeline(per_rank_intervals, title=None, *, rings=None, ring_size=None):
-    """A Gantt chart of :class:`~tensorplay_edu.async_tp.timeline.Timeline` intervals.  ``per_rank_intervals[r]``
-    lists rank r's ``Interval``s (or plain ``(kind, label, start, end)`` tuples, in seconds).  Each rank,
-    top to bottom, gets a compute lane above a transfer lane, marked on the left by a strip in its colour.
-    Each interval is a bar labelled with what it is, as much as fits: ``"step 2/3: matmul chunk 1"``
-    (a gather ring's matmul), ``"part of sum 1"`` (a reduce-scatter ring's), ``"send chunk 2, get chunk 1"``
-    (a transfer), down to the chunk number.  A ring is ``ring_size`` steps (default: the ranks drawn).
-
-    ``rings`` (optional) names the rings in the order each rank ran them: CommRecords of the fused ops
-    (``all_gather_matmul`` / ``matmul_reduce_scatter``, with their module and phase), ``(module, phase[, op])``
-    tuples or strings.  Then each ring gets a numbered bracket above the lanes, a key beside the chart names
-    it, and the forward and the backward are shaded.  Time in ms."""
-    rows = [[(i.kind, i.label, i.start, i.end) if hasattr(i, "kind") else tuple(i) for i in ivs]
-            for ivs in per_rank_intervals]
-    bad = sorted({k for ivs in rows for k, *_ in ivs} - set(LANE_COLORS))
-    if bad:
-        raise ValueError(f"draw_timeline: interval kinds must be {sorted(LANE_COLORS)}, got {bad}")
-    n, t = len(rows), ring_size or len(rows)
-    names = [_ring_name(ring) for ring in rings] if rings is not None else []
-    lane = lambda r, kind: 3 * (n - 1 - r) + (kind == "compute")  # compute above transfer, a gap between ranks
-    span = 1e3 * max((end for ivs in rows for *_, end in ivs), default=0.0) or 1.0  # ms
-    top = 3 * n - 1.3 + (0.9 if names else 0)  # room for the ring brackets
-    key_lines = max((sum(ph == p for _, ph in names) for p in {ph for _, ph in names}), default=-1) + 1
-    fig, ax = plt.subplots(figsize=(10, 0.9 * n + 1.4 + (0.5 + 0.16 * key_lines if names else 0)))
-    ax.set_yticks([lane(r, k) for r in range(n) for k in LANE_COLORS],
-                  [f"rank {r} {k}" for r in range(n) for k in LANE_COLORS], fontsize=8)
-    ax.tick_params(axis="y", length=0, pad=12)
-    ax.set(xlim=(0, span * 1.01), ylim=(-0.7, top), xlabel="time (ms)")
-    ax.set_title(title or f"compute and transfers on {n} ranks", fontsize=10, loc="left")
-    labelled = [_bar_labels(ivs, t) for ivs in rows]
-    extent: dict = {}  # ring -> (first start, last end) over the ranks, ms
-    for ivs, (_, ring_ids) in zip(rows, labelled):
-        for (_, _, start, end), ring in zip(ivs, ring_ids):
-            if ring is not None and ring < len(names):
-                a, b = extent.get(ring, (1e3 * start, 1e3 * end))
-                extent[ring] = (min(a, 1e3 * start), max(b, 1e3 * end))
-    handles = [Patch(facecolor=c) for c in LANE_COLORS.values()]
-    legend = list(LANE_COLORS)
-    for phase, shade in _PHASE_SHADE.items():  # one background per phase, from its first ring to its last
-        spans = [extent[i] for i, (_, ph) in enumerate(names) if ph == phase and i in extent]
-        if spans:
-            ax.axvspan(min(a for a, _ in spans), max(b for _, b in spans), color=shade, zorder=0, lw=0)
-            handles.append(Patch(facecolor=shade, edgecolor="#999999"))
-            legend.append(phase)
-    for i, (a, b) in sorted(extent.items()):
-        y = 3 * n - 1.25 + 0.3 * (i % 2)  # alternate heights: neighbours' numbers do not collide
-        ax.plot([a, a, b, b], [y - 0.12, y, y, y - 0.12], color="black", lw=0.8)
-        ax.text((a + b) / 2, y + 0.05, str(i + 1), ha="center", va="bottom", fontsize=8)
-    columns = dict.fromkeys(phase for _, phase in names)  # a key under the chart: one column per phase
-    for c, phase in enumerate(columns if extent else []):
-        key = [f"{i + 1:2d}  {text}" for i, (text, ph) in enumerate(names) if ph == phase]
-        ax.annotate("\n".join([f"{phase or 'rings'}:"] + key), (0.53 * c, 0), xycoords="axes fraction",
-                    xytext=(0, -32), textcoords="offset points", ha="left", va="top", fontsize=8, family="monospace")
-    if names:  # four entries: beside the lanes, clear of the title
-        ax.legend(handles, legend, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    else:
-        ax.legend(handles, legend, fontsize=8, ncol=2, loc="lower right", bbox_to_anchor=(1, 1), frameon=False)
-    fig.tight_layout()
-    points_per_ms = ax.get_position().width * fig.get_figwidth() * 72 / (span * 1.01)  # to fit the labels
-    strip = blended_transform_factory(ax.transAxes, ax.transData)  # x in axes fractions, y in lanes
-    for r, (ivs, (labels, _)) in enumerate(zip(rows, labelled)):
-        ax.add_patch(Rectangle((-0.014, lane(r, "transfer") - 0.45), 0.009, 1.9, transform=strip, clip_on=False,
-                               facecolor=RANK_COLORS[r % len(RANK_COLORS)]))
-        for (kind, _, start, end), texts in zip(ivs, labels):
-            x, w, y = 1e3 * start, 1e3 * (end - start), lane(r, kind)
-            ax.add_patch(Rectangle((x, y - 0.4), w, 0.8, facecolor=LANE_COLORS[kind], edgecolor="white",
-                                   lw=0.5 if w * points_per_ms > 3 else 0))  # a white edge would hide a thin bar
-            for text in texts:  # the longest label that fits, else a shorter one, else nothing
-                if text and w * points_per_ms >= 4.7 * len(text) + 4:
-                    ax.text(x + w / 2, y, text, ha="center", va="center", fontsize=8,
-                            color="white" if kind == "compute" else "black")
-                    break
-    return fig
-
-
 def draw_memory(bars, unit: str = "MB", title=None):
     """Stacked bars: ``bars`` maps a bar's label (``"no TP"``, ``"TP"``, ``"TP + SP"``...) to
     ``{component: amount}`` (``"attention"``, ``"norms"``...; the same components in every bar,
@@ -270,5 +183,50 @@ def draw_memory(bars, unit: str = "MB", title=None):
     ax.tick_params(labelsize=8)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     ax.set_title(title or "memory by component", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def draw_relative_differences(curves, title=None, floor=1e-17):
+    """``curves[label] = (values per step, marker, colour)``: the relative loss differences on a log scale, one
+    line each; a difference of 0 is drawn at ``floor``."""
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    for label, (values, marker, color) in curves.items():
+        ax.semilogy([max(v, floor) for v in values], marker + "-", color=color, markeredgecolor="black",
+                    markersize=4, label=label)
+    ax.set(xlabel="training step", ylabel=f"|relative loss difference|\n(0 shown as {floor:g})")
+    ax.set_title(title or "relative loss differences", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def draw_grad_sync_order(timeline, norms, groups, title=None):
+    """A backward's collectives in the order one rank issued them (not to scale in time), on two lanes: its TP
+    group above, its DP group below. ``timeline`` lists ``(index, "tp" | "dp", op, module, params)``: a DP
+    record is one DDP bucket, ``params`` the parameters it carries. A norm weight's all-reduce (``module`` in
+    ``norms``) is a black diamond named above; a dotted line joins it to the DDP bucket that carries that weight
+    across. ``groups = {"tp": [...], "dp": [...]}``, the rank's two groups."""
+    fig, ax = plt.subplots(figsize=(9, 2.8))
+    lanes = {"tp": 1, "dp": 0}
+    marks = {"all_gather": "o", "reduce_scatter": "s", "all_reduce": "D"}
+    at = {module: k for k, (_, _, _, module, _) in enumerate(timeline) if module in norms}
+    for k, (_, grp, op, module, params) in enumerate(timeline):
+        norm = module in norms
+        ax.plot(k, lanes[grp], marks[op], color="black" if norm or grp == "dp" else "lightgray", markersize=9)
+        for p in params:
+            if p in norms:
+                ax.plot([at[p], k], [1, 0], ":", color="black", linewidth=1)
+        if grp == "dp":
+            ax.text(k, -0.3, f"{len(params)} grads", ha="center", va="top", fontsize=8)
+        if norm:
+            short = module.replace(".weight", "").replace("layers.", "layers ").replace(".", "\n", 1)  # two lines
+            ax.text(k, 1.25, short, ha="center", va="bottom", fontsize=8)
+    ax.set_yticks([0, 1], [f"DP group {groups['dp']}\n(DDP buckets)", f"TP group {groups['tp']}"], fontsize=9)
+    ax.set_ylim(-0.8, 1.9)
+    ax.set_xlabel("backward collectives in the order the rank issued them, not to scale in time "
+                  "(grey: all-gather o / reduce-scatter s; black diamond on top: a norm weight)", fontsize=8)
+    ax.set_xticks([])
+    ax.set_title(title or "when each gradient becomes whole, and when DDP sends it across", fontsize=10)
     fig.tight_layout()
     return fig

@@ -1,0 +1,100 @@
+"""The bug zoo's pictures (notebook 08): what an attention ``view`` calls a head on each rank, and how
+large each bug's error is against the quantity it spoils.
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.patches import Rectangle
+
+HEAD_COLORS = plt.cm.Pastel2.colors  # one colour per true head (not the rank palette)
+BUG_COLOR = "#B2182B"
+
+
+def draw_view_groups(views: dict, heads: int, head_dim: int, t: int, title: str | None = None):
+    """The query features of one token, in their global order, as each view groups them into heads.
+
+    ``views`` maps a row label to a function from one rank's local features ``[1, 1, heads/t * head_dim]``
+    to ``[1, 1, n, d]`` (the view under test). The top row colours each feature by its true head; each
+    row below boxes in black the groups the view hands to attention as heads, labelled with their
+    index on the head axis (patch gids ``"group <row> <rank> <k> <first> <size>"``)."""
+    per_rank = heads // t * head_dim  # features each rank holds
+    colors = [HEAD_COLORS[h % len(HEAD_COLORS)] for h in range(heads)]
+    fig, ax = plt.subplots(figsize=(9.5, 1.3 + 0.8 * len(views)))
+    top = len(views)
+    for f in range(heads * head_dim):  # top row: the true head of every global feature
+        ax.add_patch(Rectangle((f, top), 1, 0.8, facecolor=colors[f // head_dim], edgecolor="white"))
+        ax.text(f + 0.5, top + 0.4, f // head_dim, ha="center", va="center", fontsize=8)
+    for i, (label, view) in enumerate(views.items()):
+        row = top - 1 - i
+        groups = view(torch.arange(per_rank, dtype=torch.float64)[None, None, :])[0, 0]  # [n, d]: local positions
+        for r in range(t):
+            for k, members in enumerate(groups.long().tolist()):  # k: the index on the view's head axis
+                first = r * per_rank + members[0]  # where this rank's group sits in the global tensor
+                for f in range(first, first + len(members)):
+                    ax.add_patch(Rectangle((f, row), 1, 0.8, facecolor=colors[f // head_dim], edgecolor="white"))
+                box = Rectangle((first, row), len(members), 0.8, fill=False, edgecolor="black", linewidth=1.5)
+                box.set_gid(f"group {i} {r} {k} {first} {len(members)}")
+                ax.add_patch(box)
+                ax.text(first + len(members) / 2, row + 0.4, f"head {k}" if len(members) > 2 else k,
+                        ha="center", va="center", fontsize=8)
+    for r in range(t):
+        last = (r + 1) * per_rank - 1
+        ax.text((r + 0.5) * per_rank, top + 1.05,
+                f"rank {r}: local features 0-{per_rank - 1} = global {r * per_rank}-{last}", ha="center", va="bottom",
+                fontsize=9)
+        if r:
+            ax.axvline(r * per_rank, color="black", linestyle=":", linewidth=1)
+    ax.set_xlim(0, heads * head_dim)
+    ax.set_ylim(-0.2, top + 1.5)
+    ax.set_yticks([top + 0.4] + [top - 1 - i + 0.4 for i in range(len(views))])
+    ax.set_yticklabels(["true head\n(one process)", *views], fontsize=9)
+    ax.set_xticks(range(0, heads * head_dim + 1, head_dim))
+    ax.set_xlabel("query feature (global index); colour = true head", fontsize=9)
+    ax.set_title(title or f"what attention treats as a head on each rank (t = {t}, H = {heads}, hd = {head_dim})",
+                 fontsize=10)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def _short(x: float) -> str:
+    return "0" if x == 0 else f"{x:.0e}"
+
+
+def draw_bug_sizes(rows: dict, bound: float = 1e-12, title: str | None = None):
+    """One bar per bug: its largest error against one process, relative to the largest value of the quantity
+    it compared (``error / scale``), on a log axis in percent.
+
+    ``rows`` maps a bug's name to ``{"quantity": str, "bug": float, "scale": float, "fixed": float}``
+    (``bug`` and ``fixed``: the largest absolute error with the bug and once fixed). Each bar is labelled
+    with its relative size; the row says what was compared and the error once fixed, and the title names
+    ``bound``, the checks' tolerance every fix stays under (bar gids ``"bug <name>"``)."""
+    names = list(rows)
+    rel = [rows[n]["bug"] / rows[n]["scale"] for n in names]
+    lo = 10.0 ** (math.floor(math.log10(min(rel))) - 1)
+    hi = 10.0 ** math.ceil(math.log10(2 * max(rel)))  # room for the labels
+    fig, ax = plt.subplots(figsize=(9.5, 0.55 * len(names) + 1.4))
+    bars = ax.barh(range(len(names)), [v - lo for v in rel], left=lo, color=BUG_COLOR, height=0.55)
+    for bar, name, v in zip(bars, names, rel):
+        bar.set_gid(f"bug {name}")
+        ax.text(v * 1.15, bar.get_y() + bar.get_height() / 2, f"{v:.1%}", va="center", fontsize=9)
+    ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
+    ax.xaxis.set_major_formatter(lambda x, _: f"{100 * x:g}%")
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels([f"{n}\n{rows[n]['quantity']}; fixed: {_short(rows[n]['fixed'])}" for n in names], fontsize=8.5)
+    ax.tick_params(axis="y", length=0, pad=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("largest |parallel - one process|  /  largest |one-process value| of the quantity compared",
+                  fontsize=9)
+    ax.set_title(title or f"how large each bug's error is, against the quantity it spoils "
+                          f"(every fix: under {bound:.0e})", fontsize=10)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    fig.tight_layout()
+    return fig
