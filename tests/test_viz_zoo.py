@@ -6,7 +6,6 @@ import matplotlib
 matplotlib.use("Agg")
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 
 from tensorplay_edu.viz import draw_bug_sizes, draw_view_groups  # noqa: E402
 
