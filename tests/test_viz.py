@@ -1,31 +1,14 @@
 """The pictures: structure, colours and labels of the returned figures (not pixels)."""
 
 import matplotlib
+import matplotlib.colors as mcolors
+import pytest
 
-matplotlib.use("Agg")
-
-import matplotlib.colors as mcolors  # noqa: E402
-import pytest  # noqa: E402
-
-from tensorplay_edu import Partial, Replicate, Shard  # noqa: E402
-from tensorplay_edu.debug import CommRecord  # noqa: E402
-from tensorplay_edu.viz import (PHASE_COLORS, RANK_COLORS, SHARED_COLOR, draw_collective, draw_comm_chart, draw_flow,  # noqa: E402
+from tensorplay_edu import Partial, Replicate, Shard
+from tensorplay_edu.debug import CommRecord
+from tensorplay_edu.viz import (PHASE_COLORS, RANK_COLORS, SHARED_COLOR, draw_collective, draw_comm_chart, draw_flow,
                                 draw_layout, draw_transition, pieces)
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    import matplotlib.pyplot as plt
-    plt.close("all")
-
-
-def _texts(ax):
-    return [t.get_text() for t in ax.texts]
-
-
-def _hex(patch):
-    return mcolors.to_hex(patch.get_facecolor())
+from figures import texts as _texts, hex_color as _hex
 
 
 def _colors(ax):

@@ -2,22 +2,11 @@
 the returned figure (not pixels)."""
 
 import matplotlib
+import matplotlib.colors as mcolors
 
-matplotlib.use("Agg")
-
-import matplotlib.colors as mcolors  # noqa: E402
-import pytest  # noqa: E402
-
-from tensorplay_edu.viz import COMM_COLOR, block_changes, block_steps, draw_block_pair  # noqa: E402
+from tensorplay_edu.viz import COMM_COLOR, block_changes, block_steps, draw_block_pair
 
 DIMS = dict(batch=2, seq=16, dim=32, n_heads=4, ffn_hidden=96)
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    import matplotlib.pyplot as plt
-    plt.close("all")
 
 
 def test_changes_are_between_the_sub_blocks_and_the_inside_stays():

@@ -2,24 +2,11 @@
 how a view cuts a rank's channels into heads; structure, colours and labels of the figures (not pixels)."""
 
 import matplotlib
+import matplotlib.colors as mcolors
+import pytest
 
-matplotlib.use("Agg")
-
-import matplotlib.colors as mcolors  # noqa: E402
-import pytest  # noqa: E402
-
-from tensorplay_edu.viz import RANK_COLORS, draw_gqa, draw_head_views, heads_per_rank  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    import matplotlib.pyplot as plt
-    plt.close("all")
-
-
-def _by_gid(ax):
-    return {p.get_gid(): p for p in ax.patches if p.get_gid()}
+from tensorplay_edu.viz import RANK_COLORS, draw_gqa, draw_head_views, heads_per_rank
+from figures import by_gid as _by_gid
 
 
 def test_heads_per_rank_are_whole_contiguous_heads():

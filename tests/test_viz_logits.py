@@ -2,22 +2,11 @@
 the structure, colours and labels of the returned figures (not pixels)."""
 
 import matplotlib
+import matplotlib.colors as mcolors
+import numpy as np
 
-matplotlib.use("Agg")
-
-import matplotlib.colors as mcolors  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from tensorplay_edu.viz import (PHASE_COLORS, RANK_COLORS, draw_logits_and_gradient, draw_vocab_owners,  # noqa: E402
+from tensorplay_edu.viz import (PHASE_COLORS, RANK_COLORS, draw_logits_and_gradient, draw_vocab_owners,
                                 draw_wire_bytes)
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    import matplotlib.pyplot as plt
-    plt.close("all")
 
 
 def test_vocab_owners_colours_each_id_by_its_rank_and_names_the_ranges():

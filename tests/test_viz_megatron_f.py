@@ -1,24 +1,11 @@
 """Megatron's f drawn (viz.layouts.draw_megatron_f): structure, colours and labels of the figure (not pixels)."""
 
 import matplotlib
+import matplotlib.colors as mcolors
+import pytest
 
-matplotlib.use("Agg")
-
-import matplotlib.colors as mcolors  # noqa: E402
-import pytest  # noqa: E402
-
-from tensorplay_edu.viz import COMM_COLOR, PARTIAL_HATCH, RANK_COLORS, SHARED_COLOR, draw_megatron_f  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    import matplotlib.pyplot as plt
-    plt.close("all")
-
-
-def _by_gid(ax):
-    return {p.get_gid(): p for p in ax.patches if p.get_gid()}
+from figures import by_gid as _by_gid
+from tensorplay_edu.viz import COMM_COLOR, PARTIAL_HATCH, RANK_COLORS, SHARED_COLOR, draw_megatron_f
 
 
 @pytest.mark.parametrize("t", [2, 4])

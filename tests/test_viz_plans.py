@@ -2,27 +2,13 @@
 
 import math
 
-import matplotlib
+import matplotlib.colors as mcolors
+import pytest
+from matplotlib.patches import Circle, Rectangle
 
-matplotlib.use("Agg")
-
-import matplotlib.colors as mcolors  # noqa: E402
-import pytest  # noqa: E402
-from matplotlib.patches import Circle, Rectangle  # noqa: E402
-
-from tensorplay_edu.viz import COMM_COLOR, draw_hf_layer, draw_loss_gaps, draw_overhead_ratios  # noqa: E402
-from tensorplay_edu.viz.plans import LOSS_GAP_FLOOR, PLAN_COLORS, TURNS_COLOR  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    import matplotlib.pyplot as plt
-    plt.close("all")
-
-
-def _texts(ax):
-    return [t.get_text() for t in ax.texts]
+from tensorplay_edu.viz import COMM_COLOR, draw_hf_layer, draw_loss_gaps, draw_overhead_ratios
+from tensorplay_edu.viz.plans import LOSS_GAP_FLOOR, PLAN_COLORS, TURNS_COLOR
+from figures import texts as _texts
 
 
 def test_loss_gaps_draw_nonzero_gaps_as_dots_and_zeros_on_the_bottom_edge():

@@ -2,20 +2,10 @@
 labels of the returned figure (not pixels)."""
 
 import matplotlib
+import matplotlib.colors as mcolors
+import pytest
 
-matplotlib.use("Agg")
-
-import matplotlib.colors as mcolors  # noqa: E402
-import pytest  # noqa: E402
-
-from tensorplay_edu.viz import RANK_COLORS, draw_ring, ring_steps  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    import matplotlib.pyplot as plt
-    plt.close("all")
+from tensorplay_edu.viz import RANK_COLORS, draw_ring, ring_steps
 
 
 def _slots(ax):

@@ -2,26 +2,11 @@
 waiting marked, the float8 value line, the step grid, the mesh grid and the smaller charts (patches and
 texts of the returned figures, not pixels)."""
 
-import matplotlib
+import matplotlib.colors as mcolors
+import torch
 
-matplotlib.use("Agg")
-
-import matplotlib.colors as mcolors  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from tensorplay_edu import viz  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    import matplotlib.pyplot as plt
-    plt.close("all")
-
-
-def _texts(ax):
-    return [t.get_text() for t in ax.texts]
+from tensorplay_edu import viz
+from figures import texts as _texts
 
 
 def test_flow_fans_out_to_side_by_side_readers_and_back_in():

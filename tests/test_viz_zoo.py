@@ -1,20 +1,9 @@
 """The bug zoo's pictures (notebook 08): the heads each view hands to attention, and the bars of each
 bug's relative error (structure and labels of the returned figures, not pixels)."""
 
-import matplotlib
+import pytest
 
-matplotlib.use("Agg")
-
-import pytest  # noqa: E402
-
-from tensorplay_edu.viz import draw_bug_sizes, draw_view_groups  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    import matplotlib.pyplot as plt
-    plt.close("all")
+from tensorplay_edu.viz import draw_bug_sizes, draw_view_groups
 
 
 def _groups(ax):

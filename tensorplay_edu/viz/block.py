@@ -89,6 +89,18 @@ def block_steps(sp: bool = False, world_size: int = 2, rank: int = 0, *, batch: 
     ]
 
 
+def _residual_skips(ax, steps):
+    """The residual stream's two arrows, each skipping its sublayer from its input to its "+ " step."""
+    n = len(steps)
+    adds = [i for i, st in enumerate(steps) if st["name"].startswith("+ ")]
+    for start, add, name in zip([0] + adds[:-1], adds, ("x", "r")):
+        y0, y1 = n - 1 - start - 0.1, n - 1 - add + 0.1
+        path = Path([(0.4, y0), (-0.1, y0), (-0.1, y1), (0.4, y1)], [Path.MOVETO] + [Path.LINETO] * 3)
+        ax.add_patch(FancyArrowPatch(path=path, arrowstyle="->", mutation_scale=12, lw=1.2, color="black",
+                                     gid=f"residual {name}"))
+        ax.text(-0.2, (y0 + y1) / 2, f"residual: {name}", rotation=90, ha="right", va="center", fontsize=8)
+
+
 def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None, **dims):
     """The block of :func:`block_steps`, top to bottom: modules in blue, work without communication
     in white, collectives in red with their forward / backward (Megatron's ``f``, ``g``; under sequence
@@ -119,13 +131,7 @@ def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None,
         shape = f"{st['shape']} | {st['also']}" if st["also"] else f"{st['shape']}"
         ax.text(4.5, y - 0.5 if i + 1 < n else y - 0.42, f"{st['placement']} \u00b7 local {shape}",
                 ha="left", va="center", fontsize=8, family="monospace")
-    adds = [i for i, st in enumerate(steps) if st["name"].startswith("+ ")]
-    for start, add, name in zip([0] + adds[:-1], adds, ("x", "r")):  # the residual stream skips the sublayer
-        y0, y1 = n - 1 - start - 0.1, n - 1 - add + 0.1
-        path = Path([(0.4, y0), (-0.1, y0), (-0.1, y1), (0.4, y1)], [Path.MOVETO] + [Path.LINETO] * 3)
-        ax.add_patch(FancyArrowPatch(path=path, arrowstyle="->", mutation_scale=12, lw=1.2, color="black",
-                                     gid=f"residual {name}"))
-        ax.text(-0.2, (y0 + y1) / 2, f"residual: {name}", rotation=90, ha="right", va="center", fontsize=8)
+    _residual_skips(ax, steps)
     letters = ("g: all-gather forward, reduce-scatter backward; g\u0304: reduce-scatter forward, all-gather backward"
                " (they take the place of Megatron's f and g)" if sp else
                "Megatron's f: identity forward, all-reduce backward; g: all-reduce forward, identity backward")
@@ -191,13 +197,7 @@ def draw_block_pair(world_size: int = 2, rank: int = 0, title=None, **dims):
             shape = f"{st['shape']} | {st['also']}" if st["also"] else f"{st['shape']}"
             ax.text(4.45, y - 0.5 if i + 1 < n else y - 0.42, f"{st['placement']} \u00b7 {shape}", ha="left",
                     va="center", fontsize=8, family="monospace", color=COMM_COLOR if i in moved else "black")
-        adds = [i for i, st in enumerate(steps) if st["name"].startswith("+ ")]
-        for start, add, name in zip([0] + adds[:-1], adds, ("x", "r")):
-            y0, y1 = n - 1 - start - 0.1, n - 1 - add + 0.1
-            path = Path([(0.4, y0), (-0.1, y0), (-0.1, y1), (0.4, y1)], [Path.MOVETO] + [Path.LINETO] * 3)
-            ax.add_patch(FancyArrowPatch(path=path, arrowstyle="->", mutation_scale=12, lw=1.2, color="black",
-                                         gid=f"residual {name}"))
-            ax.text(-0.2, (y0 + y1) / 2, f"residual: {name}", rotation=90, ha="right", va="center", fontsize=8)
+        _residual_skips(ax, steps)
         letters = ("SP's g: all-gather forward, reduce-scatter backward\n"
                    "SP's g\u0304: reduce-scatter forward, all-gather backward" if sp else
                    "Megatron's f: identity forward, all-reduce backward\n"
