@@ -24,16 +24,15 @@ The gradient's placement is ``for_gradient(target)`` unless the tensor's readers
 declared otherwise, e.g. ``to_local(grad_placements=[Partial()])`` when the local
 result feeds a matmul whose input gradient is a partial sum on each rank.
 
-Megatron-LM's conjugate operators (Shoeybi et al. 2019; Korthikanti et al. 2022) are
-rows of this table, not separate functions:
+Megatron-LM's conjugate operators are rows of this table, not separate functions. The
+letters are Korthikanti et al. 2022's (Shoeybi et al. 2019 called f-bar ``g``):
 
 * ``f``  (identity forward, all-reduce backward) = ``from_local(x, [Replicate()])`` read
   with gradient ``Partial``: backward is Partial -> Replicate, an all-reduce.
-* ``g``  (all-reduce forward, identity backward) = Partial -> Replicate.
-* sequence parallelism's ``g`` (Korthikanti's, not Shoeybi's: all-gather forward,
-  reduce-scatter backward) = Shard(s) -> Replicate read with gradient ``Partial``:
-  backward Partial -> Shard(s).
-* its conjugate ``g-bar`` (reduce-scatter forward, all-gather backward) = Partial -> Shard(s).
+* ``f̄``  (all-reduce forward, identity backward) = Partial -> Replicate.
+* sequence parallelism's ``g`` (all-gather forward, reduce-scatter backward)
+  = Shard(s) -> Replicate read with gradient ``Partial``: backward Partial -> Shard(s).
+* ``ḡ``  (reduce-scatter forward, all-gather backward) = Partial -> Shard(s).
 
 Uneven shards follow ``torch.chunk`` (see :func:`~tensorplay_edu.placement.chunk_sizes`);
 the collectives pad and trim.  On an n-D mesh each mesh dimension moves on its own

@@ -283,12 +283,12 @@ def test_every_picture_uses_fonts_of_at_least_8_points():
                 assert text.get_fontsize() >= 8, (text.get_text(), text.get_fontsize())
 
 
-def test_block_diagram_names_f_and_g_and_labels_local_shapes():
+def test_block_diagram_names_f_and_f_bar_and_labels_local_shapes():
     from tensorplay_edu.viz import block_steps, draw_block
     vanilla = block_steps(False, 2, batch=2, seq=8, dim=16, n_heads=4, n_kv_heads=2)
     comms = [(s["what"], s["fwd"], s["bwd"]) for s in vanilla if s["kind"] == "comm"]
     assert comms == [("f: identity / all-reduce", "nothing", "all_reduce"),
-                     ("g: all-reduce / identity", "all_reduce", "nothing")] * 2
+                     ("f\u0304: all-reduce / identity", "all_reduce", "nothing")] * 2
     sp = block_steps(True, 4, 3, batch=2, seq=8, dim=16, n_heads=4)
     assert [s["fwd"] for s in sp if s["kind"] == "comm"] == ["all_gather (dim 1)", "reduce_scatter (dim 1)"] * 2
     assert sp[0]["shape"] == [2, 2, 16] and sp[0]["placement"] == "Shard(1)"
@@ -303,7 +303,7 @@ def test_block_diagram_names_f_and_g_and_labels_local_shapes():
 def test_block_diagram_draws_the_residuals_the_reshape_and_its_letters(sp):
     """Two residual skip arrows (x around attention, h around the feed-forward); the heads reshaped back to
     [b, s, h/t] before wo; the collectives named with one convention, spelled out under the picture:
-    Megatron's f and g (vanilla), SP's g and g-bar (sequence parallel); the same size for every block."""
+    f and f-bar (vanilla), g and g-bar (sequence parallel), Korthikanti's letters; the same size for every block."""
     from tensorplay_edu.viz import block_steps, draw_block
     steps = block_steps(sp, 2, batch=2, seq=8, dim=16, n_heads=4)
     names = [s["name"] for s in steps]
@@ -311,7 +311,7 @@ def test_block_diagram_draws_the_residuals_the_reshape_and_its_letters(sp):
     assert names[names.index("reshape") + 1] == "wo" and reshape["shape"] == [2, 8, 8]  # [b, s, h/t]
     assert "[b, s, H/t, hd] \u2192 [b, s, h/t]" in reshape["what"]
     letters = [s["what"].split(":")[0] for s in steps if s["kind"] == "comm"]
-    assert letters == (["g (SP)", "g\u0304 (SP)"] if sp else ["f", "g"]) * 2
+    assert letters == (["g", "g\u0304"] if sp else ["f", "f\u0304"]) * 2
     fig = draw_block(sp)
     ax = fig.axes[0]
     skips = {p.get_gid(): p for p in ax.patches if (p.get_gid() or "").startswith("residual")}
@@ -321,9 +321,8 @@ def test_block_diagram_draws_the_residuals_the_reshape_and_its_letters(sp):
     top, add_x, add_h = len(steps) - 1, len(steps) - 1 - names.index("+ x"), len(steps) - 1 - names.index("+ r")
     assert mid == pytest.approx({"residual: x": (top + add_x) / 2, "residual: r": (add_x + add_h) / 2})
     key = [t for t in _texts(ax) if "backward;" in t]
-    assert key == ["g: all-gather forward, reduce-scatter backward; g\u0304: reduce-scatter forward, all-gather backward"
-                   " (they take the place of Megatron's f and g)"] if sp else \
-        key == ["Megatron's f: identity forward, all-reduce backward; g: all-reduce forward, identity backward"]
+    assert key == (["g: all-gather forward, reduce-scatter backward; g\u0304: reduce-scatter forward, all-gather backward"]
+                   if sp else ["f: identity forward, all-reduce backward; f\u0304: all-reduce forward, identity backward"])
     assert tuple(fig.get_size_inches()) == (8.6, 10.3)
 
 

@@ -131,7 +131,7 @@ class _Float8Linear(torch.autograd.Function):
             y = matmul_reduce_scatter(lambda rows: rows_times_w(rows), x8.data, dst.dim, w8.data.shape[0], mesh)
         else:
             y = rows_times_w(x8.data)  # [.., out]
-            if spec.reduce is not None:  # Float8RowwiseParallel: g (all-reduce) or reduce-scatter, high precision
+            if spec.reduce is not None:  # Float8RowwiseParallel: f̄ (all-reduce) or reduce-scatter, high precision
                 y = redistribute_local(y, mesh, (Partial(),), (dst,), y.shape)
         if spec.recompute_weight:  # keep the high-precision weight; its float8 copy is made again in backward
             ctx.save_for_backward(x8.data, x8.scale, weight)

@@ -1,6 +1,6 @@
 """`python -m tensorplay_edu.lab.demo --transitions`: every move of the transition table on
 several ranks, checked against single-process math, then a two-layer MLP built from the
-table's f and g operators.
+table's f and f̄ operators.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def megatron_mlp(dtype) -> dict:
         # f: identity forward, all-reduce of the partial input gradient in backward
         x_in = DTensor.from_local(xl, mesh, [Replicate()]).to_local(grad_placements=[Partial()])  # [tok, h]
         partial = torch.relu(x_in @ w1l) @ w2l  # [tok, h], this rank's addend
-        # g: all-reduce forward, identity backward
+        # f̄: all-reduce forward, identity backward
         y = DTensor.from_local(partial, mesh, [Partial()]).redistribute(mesh, [Replicate()]).to_local()
         y.square().sum().backward()
     errors = {

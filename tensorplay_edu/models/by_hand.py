@@ -5,18 +5,18 @@ the styles, the placements and the transition table decide for you, decided here
 :class:`HandLlama` takes a single-device :class:`~tensorplay_edu.models.Transformer`, keeps this rank's
 ``torch.chunk`` pieces of its weights (rows of wq / wk / wv / w1 / w3, of the embedding and of the
 output layer; columns of wo / w2; the norms whole) and runs its forward with raw ``torch.distributed``
-calls, in four autograd Functions: Megatron-LM's f and g (its mappings.py: copy_to_ /
-reduce_from_tensor_model_parallel_region) and the sequence-parallel pair (gather_from_sequence_parallel_region,
-reduce_scatter_to_sequence_parallel_region; Korthikanti et al. 2022's g and g-bar):
+calls, in four autograd Functions, Megatron-LM's mappings.py with Korthikanti et al. 2022's letters:
+f and f̄ (copy_to_ / reduce_from_tensor_model_parallel_region; Shoeybi et al. 2019 called f̄ g) and
+the sequence-parallel g and ḡ (gather_from_sequence_parallel_region, reduce_scatter_to_sequence_parallel_region):
 
-==============  =============================  =============================  ===================
-Function        forward                        backward                       where
-==============  =============================  =============================  ===================
-``Copy``  (f)   identity                       all-reduce                     block input, vanilla
-``Reduce`` (g)  all-reduce                     identity                       after wo / w2, vanilla
-``Gather``      all-gather along the sequence  reduce-scatter                 block input, full
-``Scatter``     reduce-scatter along sequence  all-gather                     after wo / w2, full
-==============  =============================  =============================  ===================
+=================  =============================  ==============  ======================
+Function           forward                        backward        where
+=================  =============================  ==============  ======================
+``Copy`` (f)       identity                       all-reduce      block input, vanilla
+``Reduce`` (f̄)     all-reduce                     identity        after wo / w2, vanilla
+``Gather`` (g)     all-gather along the sequence  reduce-scatter  block input, full
+``Scatter`` (ḡ)    reduce-scatter along sequence  all-gather      after wo / w2, full
+=================  =============================  ==============  ======================
 
 Plans: ``"vanilla"`` (activations replicated between blocks; the logits all-gathered over the vocabulary
 and a plain ``F.cross_entropy``) and ``"full"`` (sequence parallel: between blocks each rank keeps s/t
@@ -82,7 +82,7 @@ class Copy(torch.autograd.Function):
 
 
 class Reduce(torch.autograd.Function):
-    """Megatron's g: the partial sums of a row-parallel Linear, made whole."""
+    """f̄ (Megatron's 2019 g): the partial sums of a row-parallel Linear, made whole."""
 
     @staticmethod
     def forward(ctx, x, group):
@@ -110,7 +110,7 @@ class Gather(torch.autograd.Function):
 
 
 class Scatter(torch.autograd.Function):
-    """Sequence parallel's g-bar (the table's Partial -> Shard(1)): partial sums reduce-scattered along the
+    """Sequence parallel's ḡ (the table's Partial -> Shard(1)): partial sums reduce-scattered along the
     sequence; backward gathers."""
 
     @staticmethod

@@ -7,7 +7,7 @@ layer keep replicated activations at the edges of the model, and every block spl
 
 * ``attention.wq / wk / wv`` and ``feed_forward.w1 / w3`` by columns (each rank computes its
   own heads, its own hidden units: no communication forward, Megatron's ``f`` backward),
-* ``attention.wo`` and ``feed_forward.w2`` by rows (a partial sum, all-reduced: ``g``).
+* ``attention.wo`` and ``feed_forward.w2`` by rows (a partial sum, all-reduced: ``f̄``).
 
 Each Colwise Linear wraps its input on its own, so a block's backward all-reduces the input
 gradient once per Linear (1 + 5L all-reduces for L blocks, as in PyTorch).  The project's

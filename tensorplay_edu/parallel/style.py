@@ -9,13 +9,14 @@ runs on plain local tensors and local parameters.  All communication is a DTenso
 layer (default layouts)                forward             backward
 =====================================  ==================  ================================
 Colwise Linear, input Replicate        nothing             all-reduce of the input grad (f)
-Rowwise Linear, output Replicate       all-reduce (g)      nothing
-Colwise, input Shard(s) (seq. par.)    all-gather          reduce-scatter
-Rowwise, output Shard(s) (seq. par.)   reduce-scatter      all-gather
+Rowwise Linear, output Replicate       all-reduce (f̄)      nothing
+Colwise, input Shard(s) (seq. par.)    all-gather (g)      reduce-scatter
+Rowwise, output Shard(s) (seq. par.)   reduce-scatter (ḡ)  all-gather
 =====================================  ==================  ================================
 
-Megatron-LM's f and g are two of these rows: f is :func:`megatron_f` (a replicated input read
-with its gradient declared Partial), g is the Rowwise output's Partial -> Replicate move.
+Megatron-LM's operators are these rows, in Korthikanti et al.'s letters (Shoeybi et al. called f̄ g):
+f is :func:`megatron_f` (a replicated input read with its gradient declared Partial), f̄ the Rowwise
+output's Partial -> Replicate move, g and ḡ the sequence-parallel pair.
 A fusion (``FUSIONS`` below) may run a gather or a reduce-scatter together with its matmuls.
 """
 
@@ -117,7 +118,7 @@ class _LinearOrEmbedding(ParallelStyle):
     def _finish(self, dt: DTensor, module: nn.Module):
         """Output DTensor -> the declared output layout -> local tensor if asked."""
         with module_scope(fqn(module)):
-            dt = to_layout(dt, self.output_layouts[0])  # from Partial: g (all-reduce) or a reduce-scatter
+            dt = to_layout(dt, self.output_layouts[0])  # from Partial: f̄ (all-reduce) or ḡ (reduce-scatter)
         return dt.to_local() if self.use_local_output else dt
 
 
@@ -176,7 +177,7 @@ class RowwiseParallel(_LinearOrEmbedding):
 
     Input ``Shard(-1)`` for a Linear (an Embedding takes ``input_layouts=Replicate()``);
     the local result is a partial sum, reduced to the output layout: Replicate is an
-    all-reduce (g), ``Shard(d)`` a reduce-scatter.
+    all-reduce (f̄), ``Shard(d)`` a reduce-scatter (ḡ).
     """
 
     default_input, default_output = Shard(-1), Replicate()
@@ -217,11 +218,11 @@ class RowwiseParallel(_LinearOrEmbedding):
         dt = out if isinstance(out, DTensor) else DTensor.from_local(out, mesh, [Partial()])
         bias = getattr(module, "bias", None) if isinstance(module, nn.Linear) else None
         if bias is None or _own_forward(module):  # (a subclass's forward took its bias in, on rank 0)
-            return self._finish(dt, module)  # g: all-reduce, or reduce-scatter
+            return self._finish(dt, module)  # f̄: all-reduce, or ḡ: reduce-scatter
         if self.output_layouts[0] != Replicate():  # no-op unless the bias was replaced since
             partial_gradient(module, "bias", mesh, f"{fqn(module)}.bias")
         with module_scope(fqn(module)):
-            dt = to_layout(dt, self.output_layouts[0])  # Megatron's g: Partial -> Replicate, an all-reduce
+            dt = to_layout(dt, self.output_layouts[0])  # f̄ (Megatron's 2019 g): Partial -> Replicate, an all-reduce
         return self._add_bias(dt, bias, mesh)  # (or Partial -> Shard(1), a reduce-scatter, under SP)
 
     def _add_bias(self, dt: DTensor, bias: torch.Tensor, mesh) -> DTensor | torch.Tensor:

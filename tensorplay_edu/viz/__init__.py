@@ -8,11 +8,11 @@ patches and texts):
                 memory bars, loss differences, the order of a backward's gradient collectives
 ``timelines``   compute beside transfers in time: a run's intervals, one timeline per ring
 ``float8``      float8's values, why its amax is global, a step's bytes by dtype
-``block``       one transformer block as the plans cut it: f, g (SP: g, ḡ), residual skips
+``block``       one transformer block as the plans cut it: f, f̄ (SP: g, ḡ), residual skips
 ``ring``        a collective's ring schedule, step by step; async TP's schedules and step costs
 ``checkpoint``  a DCP checkpoint's saved chunks and what each rank reads back
 ``nodes``       which ranks of which node form each group of a (dp, tp) mesh
-``plans``       whole-model plans: loss gaps, the cost over a hand-written floor, HF's f and g
+``plans``       whole-model plans: loss gaps, the cost over a hand-written floor, HF's f and f̄
 ``logits``      the vocabulary split: who owns which ids, the logits and their gradient, the bytes
 ``zoo``         the bug zoo: a view's head groups, each bug's size
 ``style``       the palette and labels shared by all of them

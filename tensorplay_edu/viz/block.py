@@ -1,5 +1,5 @@
 """One transformer block of the Llama in :mod:`tensorplay_edu.models.llama`, drawn as the plans
-cut it: Megatron's f and g (the vanilla plan), or the sequence-parallel pair (the full plan).
+cut it: f and f̄ (the vanilla plan), or g and ḡ (the full plan, sequence parallel).
 
 :func:`block_steps` lists the block top to bottom: each module, each collective (with its
 forward and its backward, Megatron's name beside PyTorch's placements), and the tensor on every
@@ -49,18 +49,18 @@ def block_steps(sp: bool = False, world_size: int = 2, rank: int = 0, *, batch: 
         return dict(kind=kind, name=name, what=what, fwd=fwd, bwd=bwd, placement=placement, shape=list(shape),
                     module=module, also=also)
 
-    def enter(sub):  # the Colwise readers' shared input: f, or SP's g
+    def enter(sub):  # the Colwise readers' shared input: f, or g under SP
         if sp:
-            return step("comm", f"{sub} input", "g (SP): all-gather / reduce-scatter", "Replicate()", full,
+            return step("comm", f"{sub} input", "g: all-gather / reduce-scatter", "Replicate()", full,
                         "all_gather (dim 1)", "reduce_scatter (dim 1)")
         return step("comm", f"{sub} input", "f: identity / all-reduce", "Replicate()", full,
                     "nothing", "all_reduce")
 
-    def leave(sub, fqn):  # the Rowwise output: g, or the reduce-scatter under SP
+    def leave(sub, fqn):  # the Rowwise output: f\u0304, or g\u0304 under SP
         if sp:
-            return step("comm", f"{sub} output", "g\u0304 (SP): reduce-scatter / all-gather", "Shard(1)", seq_shard,
+            return step("comm", f"{sub} output", "g\u0304: reduce-scatter / all-gather", "Shard(1)", seq_shard,
                         "reduce_scatter (dim 1)", "all_gather (dim 1)", module=fqn)
-        return step("comm", f"{sub} output", "g: all-reduce / identity", "Replicate()", full,
+        return step("comm", f"{sub} output", "f\u0304: all-reduce / identity", "Replicate()", full,
                     "all_reduce", "nothing", module=fqn)
 
     norm_style = "SequenceParallel" if sp else "(replicated, not parallelized)"
@@ -103,7 +103,7 @@ def _residual_skips(ax, steps):
 
 def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None, **dims):
     """The block of :func:`block_steps`, top to bottom: modules in blue, work without communication
-    in white, collectives in red with their forward / backward (Megatron's ``f``, ``g``; under sequence
+    in white, collectives in red with their forward / backward (``f``, ``f\u0304``; under sequence
     parallelism ``g``, ``g\u0304``); on each arrow the tensor that flows, as ``placement · local [shape]`` on
     rank ``rank``.  The two residual connections (r = x + attention, then r + feed_forward; r, since h is
     the width) are skip arrows on the left.  ``dims``: batch, seq, dim, n_heads, n_kv_heads, ffn_hidden
@@ -132,12 +132,10 @@ def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None,
         ax.text(4.5, y - 0.5 if i + 1 < n else y - 0.42, f"{st['placement']} \u00b7 local {shape}",
                 ha="left", va="center", fontsize=8, family="monospace")
     _residual_skips(ax, steps)
-    letters = ("g: all-gather forward, reduce-scatter backward; g\u0304: reduce-scatter forward, all-gather backward"
-               " (they take the place of Megatron's f and g)" if sp else
-               "Megatron's f: identity forward, all-reduce backward; g: all-reduce forward, identity backward")
+    letters = _LETTERS[sp].replace("\n", "; ")
     ax.text(-0.4, -1.05, letters, ha="left", va="center", fontsize=8, color=COMM_COLOR)
     t, seq = world_size, dims.get("seq", 8)
-    ax.set_title(title or (f"one block, {'full plan (sequence parallel)' if sp else 'vanilla plan (Megatron f and g)'}"
+    ax.set_title(title or (f"one block, {'full plan (sequence parallel)' if sp else 'vanilla plan (f and f̄)'}"
                            f", t = {t}: every shape is rank {rank}'s local shape (s = {seq}"
                            + (f", s/t = {chunk_sizes(seq, t)[rank]}" if sp else "") + ")"), fontsize=9)
     fig.tight_layout()
@@ -145,7 +143,9 @@ def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None,
 
 
 _KEYS = ("what", "fwd", "bwd", "placement", "shape", "also")
-_QUALIFIED = {"f: ": "Megatron's f: ", "g: ": "Megatron's g: ", "g (SP): ": "SP's g: ", "g\u0304 (SP): ": "SP's g\u0304: "}
+# Korthikanti et al. 2022's letters (Shoeybi et al. 2019 called f-bar g): f, f-bar vanilla; g, g-bar under SP.
+_LETTERS = {False: "f: identity forward, all-reduce backward\nf\u0304: all-reduce forward, identity backward",
+            True: "g: all-gather forward, reduce-scatter backward\ng\u0304: reduce-scatter forward, all-gather backward"}
 
 
 def block_changes(world_size: int = 2, rank: int = 0, **dims) -> list[int]:
@@ -156,17 +156,9 @@ def block_changes(world_size: int = 2, rank: int = 0, **dims) -> list[int]:
     return [i for i, (a, b) in enumerate(zip(vanilla, sp)) if any(a[k] != b[k] for k in _KEYS)]
 
 
-def _qualified(what: str) -> str:
-    """A collective's letter with its owner: Megatron's f / g, SP's g / g-bar (the two g's are different)."""
-    for short, long in _QUALIFIED.items():
-        if what.startswith(short):
-            return long + what[len(short):]
-    return what
-
-
 def draw_block_pair(world_size: int = 2, rank: int = 0, title=None, **dims):
-    """The block of :func:`block_steps` twice, side by side: the vanilla plan (Megatron's f and g) on the
-    left, the full plan (sequence parallel: SP's g and g-bar) on the right, box for box.  The steps that
+    """The block of :func:`block_steps` twice, side by side: the vanilla plan (f and f-bar) on the
+    left, the full plan (sequence parallel: g and g-bar) on the right, box for box.  The steps that
     sequence parallelism changes (:func:`block_changes`) have a thick red edge, and a tensor whose placement
     or local shape changes has a red label;
     the rest, the inside of attention and of the feed-forward, is drawn in black in both.  Each collective
@@ -190,7 +182,7 @@ def draw_block_pair(world_size: int = 2, rank: int = 0, title=None, **dims):
                                         facecolor=_FILL[st["kind"]], edgecolor=COMM_COLOR if red else "black",
                                         linewidth=2.2 if red else 0.8, gid=f"{'changed' if red else 'same'} {st['name']}"))
             ax.text(2.35, y + 0.08, st["name"], ha="center", va="center", fontsize=9, weight="bold")
-            ax.text(2.35, y - 0.13, _qualified(st["what"]), ha="center", va="center", fontsize=8,
+            ax.text(2.35, y - 0.13, st["what"], ha="center", va="center", fontsize=8,
                     color=COMM_COLOR if comm else "black")
             if i + 1 < n:
                 ax.add_patch(FancyArrowPatch((2.35, y - 0.25), (2.35, y - 0.75), arrowstyle="->", mutation_scale=12))
@@ -198,13 +190,9 @@ def draw_block_pair(world_size: int = 2, rank: int = 0, title=None, **dims):
             ax.text(4.45, y - 0.5 if i + 1 < n else y - 0.42, f"{st['placement']} \u00b7 {shape}", ha="left",
                     va="center", fontsize=8, family="monospace", color=COMM_COLOR if i in moved else "black")
         _residual_skips(ax, steps)
-        letters = ("SP's g: all-gather forward, reduce-scatter backward\n"
-                   "SP's g\u0304: reduce-scatter forward, all-gather backward" if sp else
-                   "Megatron's f: identity forward, all-reduce backward\n"
-                   "Megatron's g: all-reduce forward, identity backward")
-        ax.text(-0.6, -1.1, letters, ha="left", va="center", fontsize=8, color=COMM_COLOR)
+        ax.text(-0.6, -1.1, _LETTERS[sp], ha="left", va="center", fontsize=8, color=COMM_COLOR)
         ax.set_title(f"full plan (sequence parallel), s/t = {chunk_sizes(seq, t)[rank]}" if sp
-                     else f"vanilla plan (Megatron's f and g), s = {seq}", fontsize=10, weight="bold")
+                     else f"vanilla plan (f and f\u0304), s = {seq}", fontsize=10, weight="bold")
     fig.suptitle(title or (f"one block, t = {t}, every shape rank {rank}'s local one (placement \u00b7 [local shape]): "
                            "red, what sequence parallelism changes; black, the same in both"), fontsize=10)
     fig.tight_layout()
