@@ -33,7 +33,7 @@ def test_head_views_box_whole_heads_for_minus_one_and_cut_heads_for_the_global_c
     assert texts.count("head 0") == t  # the whole heads are labelled "head k", once per rank
 
 
-def test_bug_sizes_draw_the_relative_error_and_name_the_quantity_and_the_fixed_error():
+def test_bug_sizes_draw_the_relative_error_of_what_each_bug_spoils_on_one_labelled_log_axis():
     rows = {"a bug": {"quantity": "the loss", "bug": 0.06, "scale": 2.0, "fixed": 0.0},
             "another": {"quantity": "a gradient", "bug": 7.0, "scale": 10.0, "fixed": 3e-16}}
     ax = draw_bug_sizes(rows).axes[0]
@@ -46,7 +46,9 @@ def test_bug_sizes_draw_the_relative_error_and_name_the_quantity_and_the_fixed_e
     texts = [x.get_text() for x in ax.texts]
     assert "3.0%" in texts and "70.0%" in texts
     labels = [x.get_text() for x in ax.get_yticklabels()]
-    assert labels == ["a bug\nthe loss; fixed: 0", "another\na gradient; fixed: 3e-16"]
+    assert labels == ["a bug\nspoils the loss; fixed: 0", "another\nspoils a gradient; fixed: 3e-16"]
+    # one meaning for the whole axis, whatever each bug spoils
+    assert ax.get_xlabel().startswith("relative error of the quantity the bug spoils (log axis)")
     assert "under 1e-12" in ax.get_title()  # the checks' bound is named
     lo, hi = ax.get_xlim()
     assert lo < 0.03 and 0.7 < hi

@@ -57,7 +57,8 @@ def ring_gather(shard: torch.Tensor, dim: int, sizes: list[int], mesh, consume) 
             incoming = (c - 1) % t
             shape = list(shard.shape)
             shape[dim] = sizes[incoming]
-            handle, started = C.ring_shift(chunk, shape, r, group), timeline.mark()
+            started = timeline.mark()  # the transfer's clock starts when the send is posted, not after
+            handle = C.ring_shift(chunk, shape, r, group)
             sent += chunk.numel() * chunk.element_size()
         with timeline.interval("compute", f"chunk {c}"):
             consume(c, chunk)
@@ -78,8 +79,9 @@ def ring_reduce_scatter(produce, shape_of, mesh) -> tuple[torch.Tensor, int]:
     sent = 0
     for k in range(1, t):
         d = (r - 1 - k) % t  # the chunk whose accumulator arrives from rank r-1 while ours goes to r+1
+        started = timeline.mark()  # posted from here: a receiver never ends before its sender starts
         handle = C.ring_shift(acc, shape_of(d), r, group)
-        started, sent = timeline.mark(), sent + acc.numel() * acc.element_size()
+        sent += acc.numel() * acc.element_size()
         with timeline.interval("compute", f"chunk {d}"):
             mine = produce(d)
         arrived = handle.wait()

@@ -230,6 +230,30 @@ def dp_seconds(model: Model, setup: Setup, gpu: GPU) -> dict[str, float]:
             "per_step": buckets * collective_time("all_reduce", nbytes / buckets, d, gpu, link, nodes)}
 
 
+def dp_bytes(model: Model, setup: Setup) -> dict[str, float]:
+    """Bytes each GPU sends over its data-parallel group, ``{"per_micro_batch", "per_step"}``: the traffic
+    :func:`dp_seconds` prices, counted as :func:`bytes_sent` counts (CommDebugMode's convention).
+
+    * FSDP: per micro-batch, every unit (each block, the embedding, the output layer) all-gathered twice in
+      bf16 (block weights in float8 with ``fsdp_float8_gather``) and its gradients reduce-scattered in float32
+      (``reduce_fp32``) or bf16; whatever the micro-batch's size.
+    * DDP: per step, one all-reduce of the float32 (or bf16) gradients of this GPU's TP piece."""
+    d = setup.dp
+    if d == 1:
+        return {"per_micro_batch": 0.0, "per_step": 0.0}
+    red = 4 if setup.reduce_fp32 else setup.dtype_bytes
+    block, edge = model.layer_params() / setup.tp, model.vocab * model.dim / setup.tp
+    if setup.fsdp:
+        gather = 1 if setup.fsdp_float8_gather else setup.dtype_bytes
+
+        def unit(n, p):
+            return 2 * bytes_sent("all_gather", n * p, d) + bytes_sent("reduce_scatter", n * red, d)
+        return {"per_micro_batch": model.layers * unit(block, gather) + 2 * unit(edge, setup.dtype_bytes),
+                "per_step": 0.0}
+    return {"per_micro_batch": 0.0,
+            "per_step": bytes_sent("all_reduce", red * (model.params() - model.norm_params()) / setup.tp, d)}
+
+
 def step_time(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED) -> dict[str, float]:
     """Seconds of one optimizer step per GPU, by part, and its throughput.
 

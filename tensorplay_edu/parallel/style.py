@@ -14,9 +14,8 @@ Colwise, input Shard(s) (seq. par.)    all-gather (g)      reduce-scatter
 Rowwise, output Shard(s) (seq. par.)   reduce-scatter (ḡ)  all-gather
 =====================================  ==================  ================================
 
-Megatron-LM's operators are these rows, in Korthikanti et al.'s letters (Shoeybi et al. called f̄ g):
-f is :func:`megatron_f` (a replicated input read with its gradient declared Partial), f̄ the Rowwise
-output's Partial -> Replicate move, g and ḡ the sequence-parallel pair.
+Megatron-LM's operators are these rows (Korthikanti et al.'s letters): f is :func:`megatron_f` (the input
+read with its gradient declared Partial), f̄ the Rowwise Partial -> Replicate, g and ḡ the SP pair.
 A fusion (``FUSIONS`` below) may run a gather or a reduce-scatter together with its matmuls.
 """
 

@@ -3,7 +3,9 @@ patches and texts):
 
 ==============  ==============================================================================
 ``layouts``     what each rank holds, what a transition or a collective moves, Megatron's f
+``gradients``   a move forward and its gradient's move backward, both as layouts
 ``heads``       attention heads per rank: GQA's query and kv heads, a view's cuts into heads
+``kv_copies``   t > K: each rank's copy of the kv head its query heads read, the copies' gradient sum
 ``runs``        what a run did: the flow through a parallelized model, CommDebugMode's counts,
                 memory bars, loss differences, the order of a backward's gradient collectives
 ``timelines``   compute beside transfers in time: a run's intervals, one timeline per ring
@@ -15,6 +17,7 @@ patches and texts):
 ``plans``       whole-model plans: loss gaps, the cost over a hand-written floor, HF's f and f̄
 ``logits``      the vocabulary split: who owns which ids, the logits and their gradient, the bytes
 ``zoo``         the bug zoo: a view's head groups, each bug's size
+``costs``       what a step costs: TP's overhead on a CPU, setups and layouts at scale, TP's intensity
 ``style``       the palette and labels shared by all of them
 ==============  ==============================================================================
 
@@ -29,7 +32,9 @@ Every public name is importable from ``tensorplay_edu.viz`` itself.
 from .block import block_changes, block_steps, draw_block, draw_block_pair
 from .checkpoint import draw_checkpoint, reads, saved_chunks, wanted_chunks
 from .float8 import draw_amax_slices, draw_bytes_by_kind, draw_float8_values
+from .gradients import draw_move_and_gradient
 from .heads import draw_gqa, draw_head_views, heads_per_rank
+from .kv_copies import draw_kv_copies, kv_copy_of_rank
 from .layouts import draw_collective, draw_layout, draw_megatron_f, draw_transition, pieces
 from .logits import draw_logits_and_gradient, draw_vocab_owners, draw_wire_bytes
 from .nodes import draw_mesh_grid, draw_nodes, node_groups
@@ -40,12 +45,13 @@ from .runs import (draw_comm_chart, draw_flow, draw_grad_sync_order, draw_memory
 from .style import (COMM_COLOR, FLOAT8_COLOR, FLOAT8_STYLE, LANE_COLORS, PARTIAL_HATCH, PHASE_COLORS, RANK_COLORS,
                     SHARED_COLOR, comm_label, float8_tag)
 from .timelines import draw_ring_timelines, draw_timeline
+from .costs import draw_layouts, draw_setups, draw_tp_intensity, draw_tp_overhead
 from .zoo import draw_bug_sizes, draw_view_groups
 
 __all__ = ["COMM_COLOR", "RANK_COLORS", "SHARED_COLOR", "PARTIAL_HATCH", "FLOAT8_COLOR", "FLOAT8_STYLE", "LANE_COLORS",
            "PHASE_COLORS", "float8_tag", "comm_label",
-           "pieces", "draw_layout", "draw_transition", "draw_collective", "draw_megatron_f",
-           "heads_per_rank", "draw_gqa", "draw_head_views",
+           "pieces", "draw_layout", "draw_transition", "draw_collective", "draw_megatron_f", "draw_move_and_gradient",
+           "heads_per_rank", "draw_gqa", "draw_head_views", "kv_copy_of_rank", "draw_kv_copies",
            "trace_flow", "draw_flow", "draw_comm_chart", "draw_memory", "draw_relative_differences",
            "draw_grad_sync_order",
            "draw_timeline", "draw_ring_timelines",
@@ -55,4 +61,5 @@ __all__ = ["COMM_COLOR", "RANK_COLORS", "SHARED_COLOR", "PARTIAL_HATCH", "FLOAT8
            "ring_steps", "draw_ring", "draw_schedules", "draw_step_grid", "draw_ring_step_costs",
            "saved_chunks", "wanted_chunks", "reads", "draw_checkpoint", "node_groups", "draw_nodes", "draw_mesh_grid",
            "draw_loss_gaps", "draw_overhead_ratios", "draw_hf_layer",
-           "draw_bug_sizes", "draw_view_groups"]
+           "draw_bug_sizes", "draw_view_groups",
+           "draw_tp_overhead", "draw_setups", "draw_tp_intensity", "draw_layouts"]

@@ -11,7 +11,7 @@ from matplotlib.transforms import blended_transform_factory
 
 from .style import LANE_COLORS, RANK_COLORS
 
-__all__ = ["draw_timeline", "draw_ring_timelines"]
+__all__ = ["draw_timeline", "draw_ring_timelines", "ring_intervals", "ring_shares"]
 
 
 _RING_OPS = {"all_gather_matmul": "all-gather \u2192 matmul", "matmul_reduce_scatter": "matmul \u2192 reduce-scatter"}
@@ -241,3 +241,43 @@ def draw_ring_timelines(per_rank_intervals, rings, title=None, *, ring_size=None
                 for a, b in _waits(first, last, busy):
                     bar(a, b, lane(r, "transfer"), ["waiting", "wait"], "transfer", wait=True)
     return fig
+
+
+def _rows(per_rank_intervals):
+    return [[(i.kind, i.label, i.start, i.end) if hasattr(i, "kind") else tuple(i) for i in ivs]
+            for ivs in per_rank_intervals]
+
+
+def ring_intervals(per_rank_intervals, t):
+    """Each rank's intervals cut into its rings as :func:`draw_ring_timelines` cuts them (``t`` matmuls and
+    ``t - 1`` transfers a ring, in order): ``out[r][i]`` lists rank r's ``(kind, label, start, end)`` of
+    ring i, in start order. Raises if a rank's counts are not whole rings."""
+    out = []
+    for r, ivs in enumerate(_rows(per_rank_intervals)):
+        _, ring_of = _bar_labels(ivs, t)
+        if any(ring is None for ring in ring_of):
+            raise ValueError(f"rank {r}: its intervals are not whole rings of {t} matmuls and {t - 1} transfers")
+        rings = [[] for _ in range(max(ring_of, default=-1) + 1)]
+        for iv, ring in zip(ivs, ring_of):
+            rings[ring].append(iv)
+        out.append([sorted(ring, key=lambda iv: iv[2]) for ring in rings])
+    return out
+
+
+def ring_shares(per_rank_intervals, t):
+    """Per rank, in seconds, what :func:`draw_ring_timelines` shades: ``"transfer"``, its transfers in flight;
+    ``"under a matmul"``, the part of them beside a matmul of the same rank (pale teal); ``"waiting"``, the
+    stretches of its rings with no matmul running (hatched)."""
+    shares = []
+    for rings in ring_intervals(per_rank_intervals, t):
+        total = {"transfer": 0.0, "under a matmul": 0.0, "waiting": 0.0}
+        for ring in rings:
+            busy = [(s, e) for kind, _, s, e in ring if kind == "compute"]
+            for kind, _, s, e in ring:
+                if kind == "transfer":
+                    total["transfer"] += e - s
+                    total["under a matmul"] += sum(b - a for a, b in _waits(s, e, _waits(s, e, busy)))
+            first, last = min(iv[2] for iv in ring), max(iv[3] for iv in ring)
+            total["waiting"] += sum(b - a for a, b in _waits(first, last, busy))
+        shares.append(total)
+    return shares

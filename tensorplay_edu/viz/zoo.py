@@ -67,13 +67,17 @@ def _short(x: float) -> str:
 
 
 def draw_bug_sizes(rows: dict, bound: float = 1e-12, title: str | None = None):
-    """One bar per bug: its largest error against one process, relative to the largest value of the quantity
-    it compared (``error / scale``), on a log axis in percent.
+    """One bar per bug on one shared axis: the relative error of the quantity that bug spoils, its largest
+    error against one process divided by the largest one-process value of that same quantity
+    (``error / scale``), on a log axis in percent.
 
-    ``rows`` maps a bug's name to ``{"quantity": str, "bug": float, "scale": float, "fixed": float}``
-    (``bug`` and ``fixed``: the largest absolute error with the bug and once fixed). Each bar is labelled
-    with its relative size; the row says what was compared and the error once fixed, and the title names
-    ``bound``, the checks' tolerance every fix stays under (bar gids ``"bug <name>"``)."""
+    ``rows`` maps a bug's name to ``{"quantity": str, "bug": float, "scale": float, "fixed": float}``:
+    ``quantity`` names what the bug spoils (the update of a clipped step, not the parameters it is added to;
+    the gradients a skipped plan entry leaves partial, not every gradient), ``scale`` is that quantity's
+    largest one-process magnitude, ``bug`` and ``fixed`` the largest absolute error with the bug and once
+    fixed. Each bar is labelled with its relative error; the row says what it spoils and the error once
+    fixed, and the title names ``bound``, the checks' tolerance every fix stays under (bar gids
+    ``"bug <name>"``)."""
     names = list(rows)
     rel = [rows[n]["bug"] / rows[n]["scale"] for n in names]
     lo = 10.0 ** (math.floor(math.log10(min(rel))) - 1)
@@ -87,13 +91,13 @@ def draw_bug_sizes(rows: dict, bound: float = 1e-12, title: str | None = None):
     ax.set_xlim(lo, hi)
     ax.xaxis.set_major_formatter(lambda x, _: f"{100 * x:g}%")
     ax.set_yticks(range(len(names)))
-    ax.set_yticklabels([f"{n}\n{rows[n]['quantity']}; fixed: {_short(rows[n]['fixed'])}" for n in names], fontsize=8.5)
+    ax.set_yticklabels([f"{n}\nspoils {rows[n]['quantity']}; fixed: {_short(rows[n]['fixed'])}" for n in names],
+                       fontsize=8.5)
     ax.tick_params(axis="y", length=0, pad=6)
     ax.invert_yaxis()
-    ax.set_xlabel("largest |parallel - one process|  /  largest |one-process value| of the quantity compared",
-                  fontsize=9)
-    ax.set_title(title or f"how large each bug's error is, against the quantity it spoils "
-                          f"(every fix: under {bound:.0e})", fontsize=10)
+    ax.set_xlabel("relative error of the quantity the bug spoils (log axis): largest |parallel - one process|"
+                  "  /  largest |one-process value|", fontsize=9)
+    ax.set_title(title or f"how much each bug spoils what it touches (every fix: under {bound:.0e})", fontsize=10)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     fig.tight_layout()

@@ -1,0 +1,125 @@
+"""What a step costs (notebook 07): what TP adds to a step on a CPU, predicted beside measured; memory and
+step time of a few setups at scale; the arithmetic intensity of TP per link; and the planner's best layouts
+with their error bands.
+
+Every function takes numbers already computed (by ``tensorplay_edu.cluster`` or a measurement) and only
+draws them; bars carry gids (``"<kind> <i> ..."``) so that tests can read them back.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from .style import COMM_COLOR, LANE_COLORS
+
+GIB = 2**30
+PART_COLORS = ["#4C72B0", "#8172B3", "#937860", "#64B5CD", "#DD8452", "#CCB974", "#C44E52"]
+MODEL_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
+
+
+def draw_tp_overhead(labels, collectives, predicted, measured, title=None):
+    """One column per configuration (``labels``): a bar for the predicted collectives' seconds, a black
+    dash for the whole prediction, a dot for the measured overhead (all in seconds, drawn in ms).
+    Bar gids: ``"collectives <i>"``."""
+    x = range(len(labels))
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    bars = ax.bar(x, [c * 1e3 for c in collectives], width=0.6, color=LANE_COLORS["transfer"],
+                  label="predicted: the collectives (α, β)")
+    for i, bar in enumerate(bars):
+        bar.set_gid(f"collectives {i}")
+    ax.hlines([p * 1e3 for p in predicted], [i - 0.3 for i in x], [i + 0.3 for i in x], color="black", linewidth=2,
+              label="predicted: + the plan without collectives\n   + the thinner matmuls")
+    ax.plot(list(x), [m * 1e3 for m in measured], "o", color="black", markersize=8,
+            label="measured: TP 2 step - one process on half the batch")
+    ax.set_xticks(list(x), list(labels))
+    ax.set(ylabel="ms per step", ylim=(0, None),
+           title=title or "What TP 2 adds to a training step on this CPU: predicted, then measured")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def draw_setups(memory: dict, times: dict, hbm_bytes: float, usable_bytes: float, title: str):
+    """Left: memory per GPU by part (``memory[name] = {part: bytes}``), with the HBM (dashed) and what a plan
+    may use (dotted). Right: the step per GPU, ``times[name]`` as ``cluster.step_time`` returns it: compute,
+    TP traffic on the critical path, FSDP traffic not hidden plus the optimizer. Bar gids:
+    ``"memory <i> <part>"`` and ``"time <i> <lane>"``."""
+    names = list(memory)
+    parts = list(memory[names[0]])
+    colors = dict(zip(parts, PART_COLORS))
+    fig, (ax_m, ax_t) = plt.subplots(1, 2, figsize=(12, 3.4))
+    for i, name in enumerate(names):
+        left = 0.0
+        for part, nbytes in memory[name].items():
+            ax_m.barh(i, nbytes / GIB, left=left, color=colors[part], label=part if i == 0 else None,
+                      gid=f"memory {i} {part}")
+            left += nbytes / GIB
+        t = times[name]
+        lanes = [("compute", t["compute"], LANE_COLORS["compute"], "compute"),
+                 ("tp", t["tp_exposed"], COMM_COLOR, "TP communication on the critical path"),
+                 ("rest", t["dp_exposed"] + t["optimizer"], "#BBBBBB", "FSDP traffic not hidden, optimizer step")]
+        left = 0.0
+        for lane, seconds, color, label in lanes:
+            ax_t.barh(i, seconds, left=left, color=color, label=label if i == 0 else None, gid=f"time {i} {lane}")
+            left += seconds
+    ax_m.axvline(hbm_bytes / GIB, color="black", ls="--", lw=1)
+    ax_m.text(hbm_bytes / GIB, -0.6, f" {hbm_bytes / GIB:.1f} GiB of HBM", fontsize=8)
+    ax_m.axvline(usable_bytes / GIB, color="black", ls=":", lw=1)
+    ax_m.set(title=f"{title}: memory per GPU", xlabel="GiB (dotted: what a plan may use)")
+    ax_t.set(title="step time per GPU", xlabel="seconds")
+    for ax, cols in ((ax_m, 4), (ax_t, 3)):
+        ax.set_yticks(range(len(names)), names)
+        ax.set_ylim(len(names) - 0.5, -0.9)  # top to bottom, room for the label
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=cols, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def draw_tp_intensity(curves: dict, degrees, title: str):
+    """Compute time over TP traffic time against the TP degree, log-log, one line per (model, link):
+    ``curves[(model, link)] = (degrees, ratios)``, link ``"nvlink"`` (solid) or ``"ib"`` (dashed). A line
+    at 1: below it the GPUs wait on the wire. Line gids: ``"<model> <link>"``."""
+    models = list(dict.fromkeys(model for model, _ in curves))
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    for (model, link), (ts, ratios) in curves.items():
+        where = "NVLink (inside a node)" if link == "nvlink" else "InfiniBand (across nodes)"
+        ax.plot(ts, ratios, "o-" if link == "nvlink" else "s--", color=MODEL_COLORS[models.index(model)],
+                label=f"{model}, {where}", gid=f"{model} {link}")
+    ax.axhline(1, color="black", lw=1)
+    ax.text(degrees[0], 1.12, "TP traffic = compute: below, the GPUs wait on the wire", fontsize=8)
+    ax.set(xscale="log", yscale="log", xlabel="TP degree t", ylabel="compute time / TP traffic time", title=title)
+    ax.set_xticks(list(degrees), [str(t) for t in degrees])
+    ax.xaxis.set_minor_locator(plt.NullLocator())
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def draw_layouts(names, steps, band, memory: list, usable_bytes: float, title: str):
+    """The planner's layouts, one row each: left, the predicted step (s) with the model's error band
+    ``band = (lo, hi)`` (a step between ``step * lo`` and ``step * hi``); right, memory per GPU by part
+    (``memory[i] = {part: bytes}``) against what a plan may use (dotted). Bar gids: ``"step <i>"`` and
+    ``"memory <i> <part>"``."""
+    fig, (ax_s, ax_m) = plt.subplots(1, 2, figsize=(12, 3.2), sharey=True)
+    y = list(range(len(names)))
+    lo, hi = band
+    bars = ax_s.barh(y, steps, color=LANE_COLORS["compute"])
+    for i, bar in enumerate(bars):
+        bar.set_gid(f"step {i}")
+    ax_s.errorbar(steps, y, xerr=[[s - s * lo for s in steps], [s * hi - s for s in steps]], fmt="none",
+                  color="black", capsize=3)
+    ax_s.set(title="predicted step (s), with the tokens/s error band", yticks=y, yticklabels=list(names))
+    colors = dict(zip(memory[0], PART_COLORS))
+    for i, parts in enumerate(memory):
+        left = 0.0
+        for part, nbytes in parts.items():
+            ax_m.barh(i, nbytes / GIB, left=left, color=colors[part], label=part if i == 0 else None,
+                      gid=f"memory {i} {part}")
+            left += nbytes / GIB
+    ax_m.axvline(usable_bytes / GIB, color="black", ls=":", lw=1)
+    ax_m.set(title="memory per GPU (GiB)", xlabel="dotted: what a plan may use")
+    ax_m.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, frameon=False)
+    ax_s.invert_yaxis()
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,31 @@
+"""viz.timelines' numbers behind the ring picture: ring_intervals cuts a rank's intervals into rings, ring_shares
+adds up what the picture shades (transfer under a matmul, waiting)."""
+import pytest
+
+from tensorplay_edu.viz.timelines import ring_intervals, ring_shares
+
+
+def _rank(me):  # as test_viz_runs_more: a gather ring (0-10 ms), then a scatter ring (15-26 ms)
+    return [("transfer", f"chunk {1 - me}", 0.0, 0.006), ("compute", f"chunk {me}", 0.0, 0.004),
+            ("compute", f"chunk {1 - me}", 0.006, 0.010), ("compute", f"chunk {1 - me}", 0.015, 0.019),
+            ("transfer", f"sum {me}", 0.020, 0.026), ("compute", f"chunk {me}", 0.020, 0.024)]
+
+
+def test_ring_intervals_cuts_each_rank_into_its_rings():
+    rings = ring_intervals([_rank(0), _rank(1)], 2)
+    assert [len(r) for r in rings] == [2, 2]
+    assert [iv[0] for iv in rings[0][0]] == ["transfer", "compute", "compute"]
+    assert [iv[2] for iv in rings[1][1]] == [0.015, 0.020, 0.020]
+
+
+def test_ring_intervals_refuses_counts_that_are_not_whole_rings():
+    with pytest.raises(ValueError, match="not whole rings"):
+        ring_intervals([_rank(0)[:-1]], 2)
+
+
+def test_ring_shares_are_the_shaded_lengths():
+    (share, _) = ring_shares([_rank(0), _rank(1)], 2)
+    # transfers 6 + 6 ms; under a matmul 4 (gather) + 4 (scatter); waiting 2 (gather 4-6) + 1 (19-20) + 2 (24-26)
+    assert share["transfer"] == pytest.approx(0.012)
+    assert share["under a matmul"] == pytest.approx(0.008)
+    assert share["waiting"] == pytest.approx(0.005)
