@@ -77,6 +77,21 @@ def test_the_three_products_against_float64_autograd_on_dequantized_operands(dty
                                    msg=what)
 
 
+
+def test_recompute_casts_the_weight_again_with_the_forward_scale(monkeypatch):
+    """force_recompute_fp8_weight_in_bwd, as torchao: backward casts the weight with the scale saved in forward,
+    so the only amax it takes is the output gradient's (no second weight amax all-reduce under TP)."""
+    import tensorplay_edu.float8.float8_linear as fl
+
+    calls, real = [], fl.quantize
+    monkeypatch.setattr(fl, "quantize", lambda x, fp8, *a, **k: calls.append(fp8) or real(x, fp8, *a, **k))
+    lin = Float8Linear(24, 16, bias=False, config=Float8LinearConfig(force_recompute_fp8_weight_in_bwd=True)).double()
+    y = lin(torch.randn(5, 24, dtype=torch.float64))
+    assert calls == [E4M3, E4M3]  # forward: the input and the weight
+    calls.clear()
+    y.sum().backward()
+    assert calls == [E5M2]
+
 def _sqnr(x: torch.Tensor, ref: torch.Tensor) -> float:
     noise = (x - ref).pow(2).sum().item()
     return math.inf if noise == 0 else 10 * math.log10(ref.pow(2).sum().item() / noise)

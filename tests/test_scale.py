@@ -90,6 +90,9 @@ def test_memory_conventions():
     assert tp8["logits"] == LOGIT_PEAK_BYTES[2]["gathered"] * 8192 * M70.vocab == 12 * 8192 * M70.vocab
     assert memory(M70, Setup(tp=8, loss_parallel=True))["logits"] == 10 * 8192 * M70.vocab / 8
     assert memory(M70, Setup(tp=8, loss_parallel=True, dtype_bytes=4))["logits"] == 8 * 8192 * M70.vocab / 8
+    # PyTorch's own loss_parallel is listed beside ours (16 bytes, notebook 05); memory() keeps counting ours
+    assert all(LOGIT_PEAK_BYTES[p]["pytorch_loss_parallel"] == 16 for p in (2, 4))
+    assert LOGIT_PEAK_BYTES[2]["loss_parallel"] == 10 and LOGIT_PEAK_BYTES[4]["loss_parallel"] == 8
     # full AC keeps each block's input (/t under SP) and one block's activations while it is recomputed
     full = memory(M70, Setup(tp=8, sp=True, ac="full"))["activations"]
     assert full == pytest.approx(sp8["activations"] / M70.layers + M70.layers * 2 * sbh / 8)

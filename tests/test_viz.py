@@ -321,8 +321,8 @@ def test_block_diagram_draws_the_residuals_the_reshape_and_its_letters(sp):
     top, add_x, add_h = len(steps) - 1, len(steps) - 1 - names.index("+ x"), len(steps) - 1 - names.index("+ r")
     assert mid == pytest.approx({"residual: x": (top + add_x) / 2, "residual: r": (add_x + add_h) / 2})
     key = [t for t in _texts(ax) if "backward;" in t]
-    assert key == (["g: all-gather forward, reduce-scatter backward; g\u0304: reduce-scatter forward, all-gather backward"]
-                   if sp else ["f: identity forward, all-reduce backward; f\u0304: all-reduce forward, identity backward"])
+    assert key == ([r"g: all-gather forward, reduce-scatter backward; $\bar{g}$: reduce-scatter forward, all-gather backward"]
+                   if sp else [r"f: identity forward, all-reduce backward; $\bar{f}$: all-reduce forward, identity backward"])
     assert tuple(fig.get_size_inches()) == (8.6, 10.3)
 
 

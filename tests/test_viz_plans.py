@@ -57,7 +57,7 @@ def test_hf_layer_has_an_f_per_colwise_linear_and_a_g_per_rowwise():
     circles = [p for p in ax.patches if isinstance(p, Circle)]
     assert all(mcolors.to_hex(c.get_facecolor()) == COMM_COLOR.lower() for c in circles)
     texts = _texts(ax)
-    assert texts.count("f") == 5 and texts.count("f\u0304") == 2 and len(circles) == 7
+    assert texts.count("f") == 5 and texts.count(r"$\bar{f}$") == 2 and len(circles) == 7
     assert sum('"colwise"' in t for t in texts) == 5 and sum('"rowwise"' in t for t in texts) == 2
     for name in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "o_proj", "down_proj"):
         assert any(t.startswith(name + "\n") for t in texts), name

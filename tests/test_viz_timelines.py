@@ -1,7 +1,8 @@
 """viz.timelines' numbers behind the ring picture: ring_intervals cuts a rank's intervals into rings, ring_shares
-adds up what the picture shades (transfer under a matmul, waiting)."""
+adds up what the picture shades (transfer under a matmul, posting, waiting)."""
 import pytest
 
+from tensorplay_edu import viz
 from tensorplay_edu.viz.timelines import ring_intervals, ring_shares
 
 
@@ -29,3 +30,18 @@ def test_ring_shares_are_the_shaded_lengths():
     assert share["transfer"] == pytest.approx(0.012)
     assert share["under a matmul"] == pytest.approx(0.008)
     assert share["waiting"] == pytest.approx(0.005)
+
+
+def test_posting_is_the_stretch_from_a_transfer_start_to_the_first_matmul_under_it():
+    # a scatter ring as ring_reduce_scatter runs it: a matmul 0-4 ms, ring_shift posted at 4 and returning at 7,
+    # the second matmul 7-9 under the transfer, wait() until 12
+    ring = [("compute", "chunk 1", 0.0, 0.004), ("transfer", "sum 0", 0.004, 0.012),
+            ("compute", "chunk 0", 0.007, 0.009)]
+    (share,) = ring_shares([ring], 2)
+    assert share["posting"] == pytest.approx(0.003) and share["waiting"] == pytest.approx(0.003)
+    assert share["under a matmul"] == pytest.approx(0.002) and share["transfer"] == pytest.approx(0.008)
+    fig = viz.draw_ring_timelines([ring], [("layers.0.attention.wo", "forward", "matmul_reduce_scatter")], ring_size=2)
+    spans = lambda gid: sorted((round(p.get_x(), 6), round(p.get_width(), 6)) for p in fig.axes[0].patches  # noqa: E731
+                               if p.get_gid() == gid)
+    assert spans("post") == [(4, 3)] and spans("wait") == [(9, 3)]
+    assert [t.get_text() for t in fig.legends[0].get_texts()][3].startswith("posting")

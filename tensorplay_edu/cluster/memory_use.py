@@ -55,7 +55,10 @@ def llama_activations(model: Model, setup: Setup) -> dict[str, float]:
 # loss, as torchtitan; the caller drops the logits): gathered, the float32 log-softmax the loss saved (4)
 # and two temporaries in backward, its gradient coming in and going out (8); loss_parallel, the bf16
 # logits, their float32 copy and one softmax buffer that becomes the gradient. float32 logits: 12 and 8.
-LOGIT_PEAK_BYTES = {2: {"gathered": 12, "loss_parallel": 10}, 4: {"gathered": 12, "loss_parallel": 8}}
+# "pytorch_loss_parallel": PyTorch 2.13's own loss_parallel, eager, as notebook 05 measures it (its saved
+# log-softmax and three temporaries in backward: 16 for either dtype); memory() counts this package's.
+LOGIT_PEAK_BYTES = {2: {"gathered": 12, "loss_parallel": 10, "pytorch_loss_parallel": 16},
+                    4: {"gathered": 12, "loss_parallel": 8, "pytorch_loss_parallel": 16}}
 
 
 def sac_saved(model: Model, setup: Setup) -> float:

@@ -1,52 +1,84 @@
-"""NCCL's LL protocol beside its Simple one, for a ring inside one node: what a small collective costs.
+"""NCCL's three protocols, LL, LL128 and Simple, for a ring inside one node: what a collective costs with each.
 
 :func:`~tensorplay_edu.cluster.model.ring_terms` prices every collective with the latencies of NCCL's
-**Simple** protocol (8.4 µs base, 3.4 µs per NVLink step). For small messages NCCL picks the **LL** (low
-latency) protocol instead: it sends 8-byte lines whose flag travels with the data, so a step needs no separate
-synchronisation and costs far less, at the price of bandwidth (half the line of every 8 bytes is flag). On one
-H100 node nccl-tests logs Ring/LL for all-reduces from 8 B to 1 MB and NVLS/Simple above (NVIDIA/nccl-tests#309).
+**Simple** protocol (8.4 µs base, 3.4 µs per NVLink step). NCCL also has two cheaper-latency protocols, which
+trade bandwidth for latency: **LL** (low latency) sends 8-byte lines whose flag travels with the data, so a step
+needs no separate synchronisation, at the price of half of every line; **LL128** does the same with 128-byte
+lines of which 8 bytes are flag, so it keeps most of the bandwidth. On one H100 node nccl-tests logs Ring/LL for
+all-reduces from 8 B to 1 MB and NVLS/Simple above (NVIDIA/nccl-tests#309).
 
-NCCL's cost model (NVIDIA/nccl ``src/graph/tuning.cc``, the 2.2x default tuner constants), Ring, one node:
+NCCL's cost model (NVIDIA/nccl ``src/graph/tuning.cc``, the default tuner constants), Ring, one node (NVLink):
 
-==========  ==========  ==============  ====================================================
+==========  ==========  ===============  ===========================================================
 protocol    base (µs)   per NVLink step  bus bandwidth
-==========  ==========  ==============  ====================================================
-Simple      8.4         3.4              the ring's busBw (``GPU.nvlink_busbw``; NVLS for an all-reduce)
+==========  ==========  ===============  ===========================================================
+Simple      8.4         3.4              the ring's busBw (``GPU.nvlink_busbw``)
 LL          6.6         0.6              half the ring's busBw, at most 141 GB/s on Hopper (``llMaxBws``)
-==========  ==========  ==============  ====================================================
+LL128       14.0        1.9              0.92 of the ring's busBw (the per-channel cap, 36.7 GB/s x channels, is
+                                         above it on an H100 node and is left out)
+==========  ==========  ===============  ===========================================================
 
-NCCL prices every (algorithm, protocol) pair this way and runs the cheapest; :func:`cheapest_protocol` does
-the same over these two (LL128, base 14 µs + 1.9 µs per step, never wins against both inside a node here).
-The existing functions of ``cluster`` are left as they are: their Simple figures are an upper bound on a
-small collective's latency.
+NCCL enables LL128 by default on Hopper and Blackwell (tuning.cc, "Enable LL128 by default only on
+Hopper/Blackwell"). NCCL prices every (algorithm, protocol) pair this way and runs the cheapest;
+:func:`cheapest_protocol` does the same over these three ring protocols. With an H100's figures LL wins small
+messages, Simple large ones, and LL128 a middle band where its lower latency outweighs its 8% bandwidth loss
+against Simple and its bandwidth outweighs LL's lower latency: for an all-gather on 8 ranks, from about 4.5 MB
+to about 24 MB (:func:`ll128_band` computes it), by at most a few percent of the time; on 4 ranks, whose
+rings have fewer steps for LL128's lower α to save, never. ``cluster``'s package-level names do not re-export
+these; import them from ``tensorplay_edu.cluster.protocols``.
+
+Left out: NCCL may also run an all-gather or a reduce-scatter inside a node as NVLS (NVLink SHARP), and the
+all-reduce ``cluster.collective_time`` prices as NVLS; this module compares ring protocols only. The existing
+functions of ``cluster`` are left as they are: their Simple figures are an upper bound on a small collective's
+latency, and within a few percent in LL128's band.
 """
 
 from .model import GPU, ring_steps, ring_terms
 
-__all__ = ["NCCL_LL", "protocol_terms", "cheapest_protocol"]
+__all__ = ["NCCL_LL", "NCCL_LL128", "PROTOCOLS", "protocol_terms", "cheapest_protocol", "ll128_band"]
 
 # Ring / LL inside one node (tuning.cc: baseLatencies Ring LL, hwLatencies NVLINK Ring LL, llMaxBws Hopper-N1).
 NCCL_LL = {"base": 6.6e-6, "alpha": 0.6e-6, "max_busbw": 141e9, "busbw_share": 0.5}
+# Ring / LL128 inside one node (tuning.cc: baseLatencies Ring LL128, hwLatencies NVLINK Ring LL128, busBw * 0.92).
+NCCL_LL128 = {"base": 14.0e-6, "alpha": 1.9e-6, "busbw_share": 0.92}
+PROTOCOLS = ("ll", "ll128", "simple")
 
 
 def protocol_terms(op: str, nbytes: float, world: int, gpu: GPU, protocol: str = "ll") -> tuple[float, float]:
     """(bandwidth seconds, latency seconds) of one ring collective inside one node (NVLink), as NCCL's cost
     model prices it for ``protocol``: ``"simple"`` is exactly :func:`ring_terms` (``link="nvlink"``), ``"ll"``
-    the LL protocol. ``nbytes`` is the FULL tensor, as for :func:`ring_terms`."""
+    the LL protocol, ``"ll128"`` the LL128 one. ``nbytes`` is the FULL tensor, as for :func:`ring_terms`."""
     if protocol == "simple":
         return ring_terms(op, nbytes, world, gpu, "nvlink")
-    if protocol != "ll":
-        raise ValueError(f"protocol must be 'simple' or 'll', got {protocol!r}")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
     steps = ring_steps(op, world)
     if world <= 1:
         return 0.0, 0.0
-    busbw = min(NCCL_LL["max_busbw"], NCCL_LL["busbw_share"] * gpu.nvlink_busbw)
-    return steps * nbytes / world / busbw, NCCL_LL["base"] + steps * NCCL_LL["alpha"]
+    if protocol == "ll":
+        figures = NCCL_LL
+        busbw = min(NCCL_LL["max_busbw"], NCCL_LL["busbw_share"] * gpu.nvlink_busbw)
+    else:
+        figures = NCCL_LL128
+        busbw = NCCL_LL128["busbw_share"] * gpu.nvlink_busbw
+    return steps * nbytes / world / busbw, figures["base"] + steps * figures["alpha"]
 
 
 def cheapest_protocol(op: str, nbytes: float, world: int, gpu: GPU) -> tuple[str, float]:
-    """(protocol, seconds): the cheaper of LL and Simple for this collective inside one node, as NCCL picks."""
-    times = {p: sum(protocol_terms(op, nbytes, world, gpu, p)) for p in ("ll", "simple")}
+    """(protocol, seconds): the cheapest of LL, LL128 and Simple for this ring collective inside one node, as
+    NCCL picks among them."""
+    times = {p: sum(protocol_terms(op, nbytes, world, gpu, p)) for p in PROTOCOLS}
     best = min(times, key=times.get)
     return best, times[best]
 
+
+def ll128_band(op: str, world: int, gpu: GPU) -> tuple[float, float] | None:
+    """(lowest, highest) bytes of the full tensor for which LL128 is the cheapest protocol, or None if it never
+    is. Each protocol's time is linear in the bytes, so the band runs from where LL128 overtakes LL to where
+    Simple overtakes LL128."""
+    def cross(a, b):  # bytes at which protocols a and b cost the same (a has the lower latency)
+        bw_a, lat_a = protocol_terms(op, 1.0, world, gpu, a)
+        bw_b, lat_b = protocol_terms(op, 1.0, world, gpu, b)
+        return (lat_b - lat_a) / (bw_a - bw_b)
+    low, high = cross("ll", "ll128"), cross("ll128", "simple")
+    return (low, high) if low < high else None

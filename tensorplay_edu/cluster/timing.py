@@ -212,46 +212,45 @@ def dp_seconds(model: Model, setup: Setup, gpu: GPU) -> dict[str, float]:
         return {"per_micro_batch": 0.0, "per_step": 0.0, "unhidden": 0.0}
     nodes = min(d, math.ceil(setup.gpus / gpu.gpus_per_node))  # a replica's ranks: gpus_per_node / t per node
     link = "ib" if nodes > 1 else "nvlink"
-    red = 4 if setup.reduce_fp32 else setup.dtype_bytes
-    block, edge = model.layer_params() / setup.tp, model.vocab * model.dim / setup.tp
+    buffers = _dp_buffers(model, setup)
     if setup.fsdp:
-        gather = 1 if setup.fsdp_float8_gather else setup.dtype_bytes
-
-        def unit(n, p):
-            return (2 * collective_time("all_gather", n * p, d, gpu, link, nodes),
-                    collective_time("reduce_scatter", n * red, d, gpu, link, nodes))
-        b_ag, b_rs = unit(block, gather)
-        e_ag, e_rs = unit(edge, setup.dtype_bytes)
+        def unit(gathered, reduced):
+            return (2 * collective_time("all_gather", gathered, d, gpu, link, nodes),
+                    collective_time("reduce_scatter", reduced, d, gpu, link, nodes))
+        b_ag, b_rs = unit(*buffers["block"])
+        e_ag, e_rs = unit(*buffers["edge"])
         per_mb = model.layers * (b_ag + b_rs) + 2 * (e_ag + e_rs)
         return {"per_micro_batch": per_mb, "per_step": 0.0, "unhidden": b_ag / 2 + e_rs}
-    nbytes = red * (model.params() - model.norm_params()) / setup.tp
+    nbytes = buffers["grads"]
     buckets = max(1, math.ceil(nbytes / 25e6))
     return {"per_micro_batch": 0.0, "unhidden": 0.0,
             "per_step": buckets * collective_time("all_reduce", nbytes / buckets, d, gpu, link, nodes)}
 
 
-def dp_bytes(model: Model, setup: Setup) -> dict[str, float]:
-    """Bytes each GPU sends over its data-parallel group, ``{"per_micro_batch", "per_step"}``: the traffic
-    :func:`dp_seconds` prices, counted as :func:`bytes_sent` counts (CommDebugMode's convention).
-
-    * FSDP: per micro-batch, every unit (each block, the embedding, the output layer) all-gathered twice in
-      bf16 (block weights in float8 with ``fsdp_float8_gather``) and its gradients reduce-scattered in float32
-      (``reduce_fp32``) or bf16; whatever the micro-batch's size.
-    * DDP: per step, one all-reduce of the float32 (or bf16) gradients of this GPU's TP piece."""
-    d = setup.dp
-    if d == 1:
-        return {"per_micro_batch": 0.0, "per_step": 0.0}
+def _dp_buffers(model: Model, setup: Setup) -> dict:
+    """The whole buffers of one GPU's data-parallel collectives, in bytes: FSDP, per unit ``(all-gathered,
+    reduce-scattered)`` for a block and for an edge (embedding, output layer); DDP, the gradients all-reduced."""
     red = 4 if setup.reduce_fp32 else setup.dtype_bytes
     block, edge = model.layer_params() / setup.tp, model.vocab * model.dim / setup.tp
     if setup.fsdp:
         gather = 1 if setup.fsdp_float8_gather else setup.dtype_bytes
+        return {"block": (block * gather, block * red), "edge": (edge * setup.dtype_bytes, edge * red)}
+    return {"grads": red * (model.params() - model.norm_params()) / setup.tp}
 
-        def unit(n, p):
-            return 2 * bytes_sent("all_gather", n * p, d) + bytes_sent("reduce_scatter", n * red, d)
-        return {"per_micro_batch": model.layers * unit(block, gather) + 2 * unit(edge, setup.dtype_bytes),
+
+def dp_bytes(model: Model, setup: Setup) -> dict[str, float]:
+    """Bytes each GPU sends over its data-parallel group, ``{"per_micro_batch", "per_step"}``: the traffic
+    :func:`dp_seconds` prices, counted as :func:`bytes_sent` counts (CommDebugMode's convention)."""
+    d = setup.dp
+    if d == 1:
+        return {"per_micro_batch": 0.0, "per_step": 0.0}
+    buffers = _dp_buffers(model, setup)
+    if setup.fsdp:
+        def unit(gathered, reduced):
+            return 2 * bytes_sent("all_gather", gathered, d) + bytes_sent("reduce_scatter", reduced, d)
+        return {"per_micro_batch": model.layers * unit(*buffers["block"]) + 2 * unit(*buffers["edge"]),
                 "per_step": 0.0}
-    return {"per_micro_batch": 0.0,
-            "per_step": bytes_sent("all_reduce", red * (model.params() - model.norm_params()) / setup.tp, d)}
+    return {"per_micro_batch": 0.0, "per_step": bytes_sent("all_reduce", buffers["grads"], d)}
 
 
 def step_time(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED) -> dict[str, float]:

@@ -15,8 +15,10 @@ field                              here
                                    products and the rescale in float32 (float64 for a float64
                                    model), one cast to the output dtype (torchao's emulation)
 ``force_recompute_fp8_weight_      the float8 weight is not saved for backward: it is cast
-in_bwd``                           again from the high-precision weight (the same values, one
-                                   more amax all-reduce for a sharded weight), as torchao
+in_bwd``                           again from the high-precision weight with the scale saved
+                                   in forward (the same values, no second amax all-reduce), as
+                                   torchao's ``Float8Linear.forward``; torchao plans to deprecate
+                                   the flag (ao#2251; the open ao#2356 makes it a no-op)
 ``round_scales_to_power_of_2``     each scale rounded down to a power of 2 (torchao's rowwise
                                    recipes use it; exact rescaling)
 ``enable_fsdp_float8_all_gather``  accepted, changes nothing: FSDP2 all-gathers the weight in

@@ -34,7 +34,7 @@ from ..parallel.base import fqn
 from ..placement import Partial, Replicate, Shard
 from ..transition import redistribute_local
 from .config import Float8LinearConfig
-from .scaling import E4M3, E5M2, Scaled, quantize
+from .scaling import E4M3, E5M2, Scaled, cast, quantize
 
 __all__ = ["Float8LinearConfig", "Float8Linear", "Float8Spec", "Float8Input", "float8_mm",
            "convert_to_float8_training"]
@@ -51,7 +51,7 @@ class Float8Spec:
     weight_cut: tuple | None = None
     grad_cut: tuple | None = None
     reduce: tuple | None = None
-    recompute_weight: bool = False  # cast the weight again in backward (force_recompute_fp8_weight_in_bwd)
+    recompute_weight: bool = False  # cast the weight again in backward, with its saved scale (force_recompute_...)
     power_of_2: bool = False  # scales rounded down to powers of two (round_scales_to_power_of_2)
 
 
@@ -133,8 +133,8 @@ class _Float8Linear(torch.autograd.Function):
             y = rows_times_w(x8.data)  # [.., out]
             if spec.reduce is not None:  # Float8RowwiseParallel: f̄ (all-reduce) or reduce-scatter, high precision
                 y = redistribute_local(y, mesh, (Partial(),), (dst,), y.shape)
-        if spec.recompute_weight:  # keep the high-precision weight; its float8 copy is made again in backward
-            ctx.save_for_backward(x8.data, x8.scale, weight)
+        if spec.recompute_weight:  # keep the high-precision weight and its scale; backward casts it again
+            ctx.save_for_backward(x8.data, x8.scale, weight, w8.scale)
         else:
             ctx.save_for_backward(x8.data, x8.scale, w8.data, w8.scale)
         ctx.spec, ctx.dst, ctx.full_shape = spec, dst, (*lead, w8.data.shape[0])
@@ -146,10 +146,8 @@ class _Float8Linear(torch.autograd.Function):
     def backward(ctx, gy):
         spec, dst, (x_dtype, w_dtype) = ctx.spec, ctx.dst, ctx.dtypes
         if spec.recompute_weight:
-            x_data, x_scale, weight = ctx.saved_tensors
-            with debug.backward_scope(ctx.module):
-                w8 = quantize(weight, E4M3, spec.weight_cut, spec.power_of_2)
-            w_data, w_scale = w8.data, w8.scale
+            x_data, x_scale, weight, w_scale = ctx.saved_tensors  # the forward's scale: no second amax (as torchao)
+            w_data = cast(weight, w_scale, E4M3)
         else:
             x_data, x_scale, w_data, w_scale = ctx.saved_tensors
 

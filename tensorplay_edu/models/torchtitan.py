@@ -2,8 +2,9 @@
 
 torchtitan (``torchtitan/models/llama3/infra/parallelize.py``) parallelizes a Llama with
 three calls of the same API this package implements; only the imports differ.  This is
-the "vanilla TP" form of it: no sequence parallelism, so the embeddings and the output
-layer keep replicated activations at the edges of the model, and every block splits
+its per-Linear-``f`` form: no sequence parallelism and no PrepareModuleInput, so the
+embeddings and the output layer keep replicated activations at the edges of the model, and
+every block splits
 
 * ``attention.wq / wk / wv`` and ``feed_forward.w1 / w3`` by columns (each rank computes its
   own heads, its own hidden units: no communication forward, Megatron's ``f`` backward),
@@ -12,15 +13,17 @@ layer keep replicated activations at the edges of the model, and every block spl
 Each Colwise Linear wraps its input on its own, so a block's backward all-reduces the input
 gradient once per Linear (1 + 5L all-reduces for L blocks, as in PyTorch).  The project's
 ``parallelize_llama(model, mesh, "vanilla")`` adds one PrepareModuleInput per block input so
-that the three readers share one ``f`` (1 + 2L).  The full plan (sequence parallelism and
+that the three readers share one ``f`` (1 + 2L): what torchtitan runs with sequence
+parallelism off (``apply_tp(..., enable_sp=False)`` keeps its PrepareModuleInputs).  The full plan (sequence parallelism and
 ``loss_parallel``) is ``parallelize_llama(model, mesh, "full")``.
 
-The signature and flags are torchtitan's.  ``loss_parallel`` is accepted and unused here,
-as in the vanilla form (the logits come out replicated).  ``enable_float8_tensorwise_tp``
+The signature and flags are torchtitan's.  ``loss_parallel`` is accepted and unused here:
+the logits come out replicated (torchtitan's honours it, with ``Shard(-1)`` logits left as a
+DTensor for ``loss_parallel()``).  ``enable_float8_tensorwise_tp``
 swaps in the float8 styles (:mod:`tensorplay_edu.float8.float8_tensor_parallel`; convert the
 model with ``convert_to_float8_training`` first, leaving ``output`` in high precision);
 ``enable_async_tp`` marks the TP group for async TP (:mod:`tensorplay_edu.async_tp`),
-which in this vanilla plan changes nothing: it has no all-gather or reduce-scatter to
+which in this plan changes nothing: it has no all-gather or reduce-scatter to
 decompose, only all-reduces (PyTorch's compiler pass does nothing there either).
 """
 

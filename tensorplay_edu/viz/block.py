@@ -22,7 +22,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from matplotlib.path import Path
 
 from ..placement import chunk_sizes
-from .style import COMM_COLOR, PHASE_COLORS
+from .style import COMM_COLOR, PHASE_COLORS, barred
 
 __all__ = ["block_steps", "block_changes", "draw_block", "draw_block_pair"]
 
@@ -120,7 +120,7 @@ def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None,
         ax.add_patch(FancyBboxPatch((0.4, y - 0.24), 3.9, 0.48, boxstyle="round,pad=0.02", facecolor=_FILL[st["kind"]],
                                     edgecolor=edge, linewidth=1.4 if st["kind"] == "comm" else 0.8))
         ax.text(2.35, y + 0.08, st["name"], ha="center", va="center", fontsize=9, weight="bold")
-        ax.text(2.35, y - 0.13, st["what"], ha="center", va="center", fontsize=8,
+        ax.text(2.35, y - 0.13, barred(st["what"]), ha="center", va="center", fontsize=8,
                 color=COMM_COLOR if st["kind"] == "comm" else "black")
         if st["kind"] == "comm":
             ax.text(8.0, y, f"forward: {st['fwd']}\nbackward: {st['bwd']}", ha="left", va="center", fontsize=8,
@@ -133,15 +133,16 @@ def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None,
                 ha="left", va="center", fontsize=8, family="monospace")
     _residual_skips(ax, steps)
     letters = _LETTERS[sp].replace("\n", "; ")
-    ax.text(-0.4, -1.05, letters, ha="left", va="center", fontsize=8, color=COMM_COLOR)
+    ax.text(-0.4, -1.05, barred(letters), ha="left", va="center", fontsize=8, color=COMM_COLOR)
     t, seq = world_size, dims.get("seq", 8)
-    ax.set_title(title or (f"one block, {'full plan (sequence parallel)' if sp else 'vanilla plan (f and f̄)'}"
+    ax.set_title(title or (f"one block, {'full plan (sequence parallel)' if sp else _VANILLA}"
                            f", t = {t}: every shape is rank {rank}'s local shape (s = {seq}"
                            + (f", s/t = {chunk_sizes(seq, t)[rank]}" if sp else "") + ")"), fontsize=9)
     fig.tight_layout()
     return fig
 
 
+_VANILLA = r"vanilla plan (f and $\bar{f}$)"
 _KEYS = ("what", "fwd", "bwd", "placement", "shape", "also")
 # Korthikanti et al. 2022's letters (Shoeybi et al. 2019 called f-bar g): f, f-bar vanilla; g, g-bar under SP.
 _LETTERS = {False: "f: identity forward, all-reduce backward\nf\u0304: all-reduce forward, identity backward",
@@ -182,7 +183,7 @@ def draw_block_pair(world_size: int = 2, rank: int = 0, title=None, **dims):
                                         facecolor=_FILL[st["kind"]], edgecolor=COMM_COLOR if red else "black",
                                         linewidth=2.2 if red else 0.8, gid=f"{'changed' if red else 'same'} {st['name']}"))
             ax.text(2.35, y + 0.08, st["name"], ha="center", va="center", fontsize=9, weight="bold")
-            ax.text(2.35, y - 0.13, st["what"], ha="center", va="center", fontsize=8,
+            ax.text(2.35, y - 0.13, barred(st["what"]), ha="center", va="center", fontsize=8,
                     color=COMM_COLOR if comm else "black")
             if i + 1 < n:
                 ax.add_patch(FancyArrowPatch((2.35, y - 0.25), (2.35, y - 0.75), arrowstyle="->", mutation_scale=12))
@@ -190,9 +191,9 @@ def draw_block_pair(world_size: int = 2, rank: int = 0, title=None, **dims):
             ax.text(4.45, y - 0.5 if i + 1 < n else y - 0.42, f"{st['placement']} \u00b7 {shape}", ha="left",
                     va="center", fontsize=8, family="monospace", color=COMM_COLOR if i in moved else "black")
         _residual_skips(ax, steps)
-        ax.text(-0.6, -1.1, _LETTERS[sp], ha="left", va="center", fontsize=8, color=COMM_COLOR)
+        ax.text(-0.6, -1.1, barred(_LETTERS[sp]), ha="left", va="center", fontsize=8, color=COMM_COLOR)
         ax.set_title(f"full plan (sequence parallel), s/t = {chunk_sizes(seq, t)[rank]}" if sp
-                     else f"vanilla plan (f and f\u0304), s = {seq}", fontsize=10, weight="bold")
+                     else f"vanilla plan (f and $\\bar{{f}}$), s = {seq}", fontsize=10, weight="bold")
     fig.suptitle(title or (f"one block, t = {t}, every shape rank {rank}'s local one (placement \u00b7 [local shape]): "
                            "red, what sequence parallelism changes; black, the same in both"), fontsize=10)
     fig.tight_layout()

@@ -120,7 +120,7 @@ def draw_nodes(mesh_shape, gpus_per_node: int, mesh_dim_names=None, title: str |
 def draw_mesh_grid(dp: int, tp: int, title=None):
     """A ``(dp, tp)`` mesh as a grid of its ranks, filled row by row as ``init_device_mesh`` does: rank r at
     ``(r // tp, r % tp)``, in its colour. Each row, a TP group (one node, every layer), has a solid frame; each
-    column, a DP group (once per step), a dashed one."""
+    column, a DP group (its gradients, one all-reduce per bucket in backward), a dashed one."""
     fig, ax = plt.subplots(figsize=(7, 1.8 * dp))
     x0, y0 = (lambda t: t * 2.6), (lambda d: -d * 1.7)  # where rank (d, t) sits
     for r in range(dp * tp):
@@ -136,7 +136,8 @@ def draw_mesh_grid(dp: int, tp: int, title=None):
     for t in range(tp):  # columns: DP groups, dashed frames
         ax.add_patch(FancyBboxPatch((x0(t) - 0.15, y0(dp - 1) - 0.3), 1.9, y0(0) - y0(dp - 1) + 1.5, fill=False,
                                     lw=1.5, ec="dimgray", ls="--", boxstyle="round,pad=0.02", gid=f"dp {t}"))
-        ax.text(x0(t) + 0.8, y0(dp - 1) - 0.4, f"DP group {list(range(t, dp * tp, tp))}\nonce per step",
+        ax.text(x0(t) + 0.8, y0(dp - 1) - 0.4,
+                f"DP group {list(range(t, dp * tp, tp))}\ngradients, per bucket,\nin backward",
                 ha="center", va="top", fontsize=9, color="dimgray")
     ax.set_xlim(-0.6, x0(tp - 1) + 4.4)
     ax.set_ylim(y0(dp - 1) - 1.1, 1.3)

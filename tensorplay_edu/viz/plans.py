@@ -117,14 +117,14 @@ def draw_hf_layer(title=None):
         arrow(6.45, y0, 6.85, y0)
         box(7.55, y0, f'{last}\n"rowwise"', SPLIT_COLOR)
         arrow(8.2, y0, 8.55, y0)
-        comm(8.75, y0, "f\u0304")
+        comm(8.75, y0, r"$\bar{f}$")
         arrow(8.92, y0, 9.45, y0)
         box(9.9, y0, "+ residual", whole, w=0.9)
         ax.text(10.45, y0, "whole\n[b, s, h]", va="center", fontsize=8)
     ax.text(0.05, -0.2, "f: identity forward; backward, the all-reduce of the input gradient (HF's plan: one per "
             "Colwise Linear, 5 a layer)", fontsize=8)
-    ax.text(0.05, -0.5, "f\u0304: the all-reduce of the partial sums forward; identity backward", fontsize=8)
+    ax.text(0.05, -0.5, r"$\bar{f}$: the all-reduce of the partial sums forward; identity backward", fontsize=8)
     ax.legend([Rectangle((0, 0), 1, 1, fc=SPLIT_COLOR, ec="black"), Rectangle((0, 0), 1, 1, fc=whole, ec="black")],
               ["split over the t ranks", "whole on every rank"], fontsize=8, loc="upper right", ncol=2)
-    ax.set_title(title or "an HF decoder layer under its own plan: where f and f\u0304 sit", fontsize=10)
+    ax.set_title(title or "an HF decoder layer under its own plan: where f and $\\bar{f}$ sit", fontsize=10)
     return fig

@@ -19,6 +19,12 @@ _FLOAT8_TAGS = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2", "float8_e4m3fnuz
                 "float8_e5m2fnuz": "e5m2fnuz"}
 
 
+def barred(text: str) -> str:
+    """Matplotlib draws a combining overline (f\u0304) on top of the letter or not at all: write f-bar and g-bar
+    as mathtext, ``$\\bar{f}$``, so that the picture tells f from f-bar."""
+    return text.replace("f\u0304", r"$\bar{f}$").replace("g\u0304", r"$\bar{g}$")
+
+
 def float8_tag(x) -> str | None:
     """``"e4m3"`` / ``"e5m2"`` (...) when ``x`` (a dtype, a dtype's name, or a label naming one) is
     float8, else None."""

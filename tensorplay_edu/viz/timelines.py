@@ -1,7 +1,6 @@
 """Compute beside transfers, in time: a Gantt chart of a run's intervals (:func:`draw_timeline`), and one
-small timeline per ring (:func:`draw_ring_timelines`) where a transfer with no matmul beside it is drawn as
-waiting. Reached as ``tensorplay_edu.viz.*``; compute is dark teal and transfers pale teal (``LANE_COLORS``).
-"""
+small timeline per ring (:func:`draw_ring_timelines`) where a stretch with no matmul is posting or waiting.
+Compute is dark teal and transfers pale teal (``LANE_COLORS``)."""
 
 from __future__ import annotations
 
@@ -141,6 +140,8 @@ def draw_timeline(per_rank_intervals, title=None, *, rings=None, ring_size=None)
 
 
 WAIT_STYLE = dict(facecolor="#F4F4F4", edgecolor="#777777", hatch="///")  # a rank blocked in wait(): no work
+POST_STYLE = dict(facecolor="#FBE3D6", edgecolor="#B0705A", hatch="\\\\")  # a rank inside ring_shift: no work yet
+_IDLE = {"waiting": ("wait", WAIT_STYLE), "posting": ("post", POST_STYLE)}  # gid and style of an idle stretch
 
 
 def _waits(start, end, busy):
@@ -157,6 +158,20 @@ def _waits(start, end, busy):
     return [(a, b) for a, b in out if b - a > 1e-12]
 
 
+def _idle(ring, busy):
+    """The stretches of one rank's ring with no matmul running, ``(start, end, what)``: ``"posting"`` from a
+    transfer's start (``ring_shift`` called) to the first matmul that starts under it (the rank was inside
+    ``batch_isend_irecv``, or descheduled); every other stretch ``"waiting"`` (mostly in ``wait()`` for the
+    bytes, or between ring steps)."""
+    posts = [(s, min([a for a, _ in busy if s <= a < e], default=e)) for kind, _, s, e in ring if kind == "transfer"]
+    first, last = min(iv[2] for iv in ring), max(iv[3] for iv in ring)
+    out = []
+    for a, b in _waits(first, last, busy):
+        inside = [(max(a, s), min(b, e)) for s, e in posts if min(b, e) > max(a, s)]
+        out += [(s, e, "posting") for s, e in inside] + [(s, e, "waiting") for s, e in _waits(a, b, inside)]
+    return sorted(out)
+
+
 def draw_ring_timelines(per_rank_intervals, rings, title=None, *, ring_size=None, columns=None):
     """One small timeline per ring, each on its own time axis, so that a ring's bars are wide enough to read.
     ``per_rank_intervals[r]`` lists rank r's intervals, as for :func:`draw_timeline` (a rank's rings are ``t``
@@ -166,9 +181,9 @@ def draw_ring_timelines(per_rank_intervals, rings, title=None, *, ring_size=None
 
     In each panel every rank has a compute lane above a transfer lane. A transfer bar is split in two: pale
     teal where a matmul of the same rank ran at the same time (the transfer in flight **under** a matmul:
-    overlap). Every stretch of a rank's ring without a matmul is hatched grey in its transfer lane: the rank
-    was **waiting** (in ``wait()`` for the chunk or for its neighbour to reach the ring, or posting a send).
-    Bars carry the longest label that fits. Time in ms from the ring's first bar."""
+    overlap). Every stretch of a rank's ring without a matmul is hatched in its transfer lane: orange from the
+    transfer's start to the first matmul under it, the rank **posting** (inside ``ring_shift``); grey elsewhere,
+    **waiting** (in ``wait()`` for the bytes). Bars carry the longest label that fits; ms from the ring's start."""
     rows = [[(i.kind, i.label, i.start, i.end) if hasattr(i, "kind") else tuple(i) for i in ivs]
             for ivs in per_rank_intervals]
     n, t = len(rows), ring_size or len(rows)
@@ -206,20 +221,22 @@ def draw_ring_timelines(per_rank_intervals, rings, title=None, *, ring_size=None
         used = [r for r in range(nrow) if any(place[i] == (r, c) for i in panels)]
         if used:
             axes[used[-1], c].set_xlabel("ms from the ring's first bar", fontsize=8)
-    handles = [Patch(facecolor=LANE_COLORS["compute"]), Patch(facecolor=LANE_COLORS["transfer"]), Patch(**WAIT_STYLE)]
+    handles = [Patch(facecolor=LANE_COLORS["compute"]), Patch(facecolor=LANE_COLORS["transfer"]), Patch(**WAIT_STYLE),
+               Patch(**POST_STYLE)]
     height = fig.get_figheight()
     fig.suptitle(title or f"each ring on {n} ranks", fontsize=10, x=0.01, ha="left", y=1 - 0.08 / height)
     fig.legend(handles, ["compute: a ring matmul", "transfer in flight under a matmul (overlap)",
-                         "waiting: the rank has no matmul to run (in wait(), or posting a send)"],
-               loc="upper left", ncol=3, fontsize=8, frameon=False, bbox_to_anchor=(0.005, 1 - 0.32 / height))
+                         "waiting: no matmul to run (in wait() for the bytes)",
+                         "posting: in ring_shift, before the matmul under it"],
+               loc="upper left", ncol=4, fontsize=8, frameon=False, bbox_to_anchor=(0.005, 1 - 0.32 / height))
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.7 / height))
     for ax, mine, t0, width in panels.values():
         points_per_ms = ax.get_position().width * fig.get_figwidth() * 72 / (1.04 * width)
 
-        def bar(x0, x1, y, texts, kind, wait=False):
+        def bar(x0, x1, y, texts, kind, wait=None):
             x, w = 1e3 * (x0 - t0), 1e3 * (x1 - x0)
-            style = WAIT_STYLE if wait else dict(facecolor=LANE_COLORS[kind], edgecolor="white")
-            ax.add_patch(Rectangle((x, y - 0.4), w, 0.8, lw=0.5, gid="wait" if wait else kind, **style))
+            gid, style = _IDLE.get(wait) or (kind, dict(facecolor=LANE_COLORS[kind], edgecolor="white"))
+            ax.add_patch(Rectangle((x, y - 0.4), w, 0.8, lw=0.5, gid=gid, **style))
             for text in texts:  # the longest label that fits, else a shorter one, else nothing
                 if text and w * points_per_ms >= 4.7 * len(text) + 4:
                     ax.text(x + w / 2, y, text, ha="center", va="center", fontsize=8,
@@ -236,10 +253,9 @@ def draw_ring_timelines(per_rank_intervals, rings, title=None, *, ring_size=None
                 for a, b in flying:
                     bar(a, b, lane(r, kind), texts if (a, b) == max(flying, key=lambda s: s[1] - s[0]) else [],
                         kind)
-            if bars:  # every stretch of the rank's ring without a matmul: waiting (in wait(), or posting a send)
-                first, last = min(iv[2] for iv, _ in bars), max(iv[3] for iv, _ in bars)
-                for a, b in _waits(first, last, busy):
-                    bar(a, b, lane(r, "transfer"), ["waiting", "wait"], "transfer", wait=True)
+            if bars:  # every stretch of the rank's ring without a matmul: posting, or waiting
+                for a, b, what in _idle([iv for iv, _ in bars], busy):
+                    bar(a, b, lane(r, "transfer"), [what, what[:4]], "transfer", wait=what)
     return fig
 
 
@@ -266,18 +282,19 @@ def ring_intervals(per_rank_intervals, t):
 
 def ring_shares(per_rank_intervals, t):
     """Per rank, in seconds, what :func:`draw_ring_timelines` shades: ``"transfer"``, its transfers in flight;
-    ``"under a matmul"``, the part of them beside a matmul of the same rank (pale teal); ``"waiting"``, the
-    stretches of its rings with no matmul running (hatched)."""
+    ``"under a matmul"``, the part of them beside a matmul of the same rank (pale teal); the stretches of its
+    rings with no matmul running, ``"posting"`` (inside ``ring_shift``, hatched orange) and ``"waiting"``
+    (the rest, hatched grey)."""
     shares = []
     for rings in ring_intervals(per_rank_intervals, t):
-        total = {"transfer": 0.0, "under a matmul": 0.0, "waiting": 0.0}
+        total = {"transfer": 0.0, "under a matmul": 0.0, "posting": 0.0, "waiting": 0.0}
         for ring in rings:
             busy = [(s, e) for kind, _, s, e in ring if kind == "compute"]
             for kind, _, s, e in ring:
                 if kind == "transfer":
                     total["transfer"] += e - s
                     total["under a matmul"] += sum(b - a for a, b in _waits(s, e, _waits(s, e, busy)))
-            first, last = min(iv[2] for iv in ring), max(iv[3] for iv in ring)
-            total["waiting"] += sum(b - a for a, b in _waits(first, last, busy))
+            for a, b, what in _idle(ring, busy):
+                total[what] += b - a
         shares.append(total)
     return shares
