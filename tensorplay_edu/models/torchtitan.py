@@ -1,8 +1,9 @@
 """torchtitan's ``apply_tp`` for its Llama, in our words: the plan the project grew from.
 
-torchtitan (``torchtitan/models/llama3/infra/parallelize.py``) parallelizes a Llama with
-three calls of the same API this package implements; only the imports differ.  This is
-its per-Linear-``f`` form: no sequence parallelism and no PrepareModuleInput, so the
+torchtitan (``torchtitan/models/llama3/infra/parallelize.py``, until April 2026) parallelized a
+Llama with three calls of the same API this package implements; only the imports differ.
+Since pytorch/torchtitan#2963 (2026-04-27) per-module sharding configs replace ``apply_tp``.  This
+module is that ``apply_tp`` in its per-Linear-``f`` form: no sequence parallelism and no PrepareModuleInput, so the
 embeddings and the output layer keep replicated activations at the edges of the model, and
 every block splits
 
@@ -14,10 +15,11 @@ Each Colwise Linear wraps its input on its own, so a block's backward all-reduce
 gradient once per Linear (1 + 5L all-reduces for L blocks, as in PyTorch).  The project's
 ``parallelize_llama(model, mesh, "vanilla")`` adds one PrepareModuleInput per block input so
 that the three readers share one ``f`` (1 + 2L): what torchtitan runs with sequence
-parallelism off (``apply_tp(..., enable_sp=False)`` keeps its PrepareModuleInputs).  The full plan (sequence parallelism and
+parallelism off.  With its default sequence parallelism torchtitan converts each half's
+input once with a ``g`` (all-gather forward, reduce-scatter backward) instead.  The full plan (sequence parallelism and
 ``loss_parallel``) is ``parallelize_llama(model, mesh, "full")``.
 
-The signature and flags are torchtitan's.  ``loss_parallel`` is accepted and unused here:
+The signature and flags were torchtitan's.  ``loss_parallel`` is accepted and unused here:
 the logits come out replicated (torchtitan's honours it, with ``Shard(-1)`` logits left as a
 DTensor for ``loss_parallel()``).  ``enable_float8_tensorwise_tp``
 swaps in the float8 styles (:mod:`tensorplay_edu.float8.float8_tensor_parallel`; convert the
