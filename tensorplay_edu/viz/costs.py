@@ -17,6 +17,18 @@ PART_COLORS = ["#4C72B0", "#8172B3", "#937860", "#64B5CD", "#DD8452", "#CCB974",
 MODEL_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
 
 
+def _memory_by_part(ax, memory: list):
+    """Horizontal stacked bars, one row per ``memory[i] = {part: bytes}`` (in GiB), each part in its colour
+    (gids ``"memory <i> <part>"``, legend from the first row)."""
+    colors = dict(zip(memory[0], PART_COLORS))
+    for i, parts in enumerate(memory):
+        left = 0.0
+        for part, nbytes in parts.items():
+            ax.barh(i, nbytes / GIB, left=left, color=colors[part], label=part if i == 0 else None,
+                    gid=f"memory {i} {part}")
+            left += nbytes / GIB
+
+
 def draw_tp_overhead(labels, collectives, predicted, measured, title=None):
     """One column per configuration (``labels``): a bar for the predicted collectives' seconds, a black
     dash for the whole prediction, a dot for the measured overhead (all in seconds, drawn in ms).
@@ -45,15 +57,9 @@ def draw_setups(memory: dict, times: dict, hbm_bytes: float, usable_bytes: float
     TP traffic on the critical path, FSDP traffic not hidden plus the optimizer. Bar gids:
     ``"memory <i> <part>"`` and ``"time <i> <lane>"``."""
     names = list(memory)
-    parts = list(memory[names[0]])
-    colors = dict(zip(parts, PART_COLORS))
     fig, (ax_m, ax_t) = plt.subplots(1, 2, figsize=(12, 3.4))
+    _memory_by_part(ax_m, [memory[name] for name in names])
     for i, name in enumerate(names):
-        left = 0.0
-        for part, nbytes in memory[name].items():
-            ax_m.barh(i, nbytes / GIB, left=left, color=colors[part], label=part if i == 0 else None,
-                      gid=f"memory {i} {part}")
-            left += nbytes / GIB
         t = times[name]
         lanes = [("compute", t["compute"], LANE_COLORS["compute"], "compute"),
                  ("tp", t["tp_exposed"], COMM_COLOR, "TP communication on the critical path"),
@@ -109,13 +115,7 @@ def draw_layouts(names, steps, band, memory: list, usable_bytes: float, title: s
     ax_s.errorbar(steps, y, xerr=[[s - s * lo for s in steps], [s * hi - s for s in steps]], fmt="none",
                   color="black", capsize=3)
     ax_s.set(title="predicted step (s), with the tokens/s error band", yticks=y, yticklabels=list(names))
-    colors = dict(zip(memory[0], PART_COLORS))
-    for i, parts in enumerate(memory):
-        left = 0.0
-        for part, nbytes in parts.items():
-            ax_m.barh(i, nbytes / GIB, left=left, color=colors[part], label=part if i == 0 else None,
-                      gid=f"memory {i} {part}")
-            left += nbytes / GIB
+    _memory_by_part(ax_m, memory)
     ax_m.axvline(usable_bytes / GIB, color="black", ls=":", lw=1)
     ax_m.set(title="memory per GPU (GiB)", xlabel="dotted: what a plan may use")
     ax_m.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, frameon=False)
