@@ -96,6 +96,22 @@ def test_overlap_fraction_against_the_rings_own_ideal():
     assert overlap(fused=3.0, comm=0.0, comp=3.0, t=4) == 0.0  # nothing to hide
 
 
+def test_the_standin_ring_runs_ring_gathers_schedule_with_sleeping_transfers():
+    # one process, 3 chunks: rank 1 multiplies chunks 1, 0, 2 (section 2's rule), each transfer a thread that
+    # sleeps and uses (almost) no CPU; the timeline gets 3 matmuls and 2 transfers with the thread's CPU times
+    from tensorplay_edu.async_tp import standin_ring, time_standin_ring
+    from tensorplay_edu.async_tp.timeline import Timeline
+    chunks, seen = list(torch.arange(6.0).reshape(1, 6, 1).chunk(3, dim=1)), []
+    with Timeline() as tl:
+        cpu = standin_ring(chunks, lambda c, chunk: seen.append((c, chunk.flatten().tolist())), 0.002, r=1)
+    assert seen == [(1, [2.0, 3.0]), (0, [0.0, 1.0]), (2, [4.0, 5.0])]
+    assert [i.kind for i in tl.intervals].count("transfer") == 2 and 0 <= cpu < 0.004
+    assert all(i.cpu_end >= i.cpu_start >= 0 for i in tl.intervals)
+    out = time_standin_ring(torch.randn(1, 8, 4), [torch.randn(3, 4)], 2, 0.001, repeats=3)
+    assert set(out) == {"fused", "comm", "comp", "ideal", "overlap", "transfer_cpu", "seconds"} and out["comm"] >= 0.001
+    assert time_standin_ring(torch.randn(1, 8, 4), [torch.randn(3, 4)], 2, repeats=1)["seconds"] > 0  # one chunk's
+
+
 EDGES = {  # case: (world sizes, does the async step run a ring, words of the logged reason when not)
     "row last dim": ([2, 3], False, "last dim"),
     "col last dim": ([2, 3], False, "last dim"),

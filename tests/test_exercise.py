@@ -124,3 +124,22 @@ def test_try_it_runs_the_experiment_only_once_predicted(capsys):
     assert try_counts({"forward": 2, "backward": 1}) is True and runs == [1]
     assert capsys.readouterr().out == "counts: right\n"
     assert try_counts.measured == {"forward": 2, "backward": 1} and repr(try_counts) == "TryIt('counts')"
+
+
+def test_try_it_grades_an_answer_that_is_code(capsys):
+    """With ``grade``, the answer (here a function standing in for a plan) is run and what it does is
+    compared with the measurement; an answer with a ... left in it is not run."""
+    from tensorplay_edu.lab.exercise import TryIt
+    ran = []
+
+    def grade(answer):
+        ran.append(answer["plan"])
+        return {"collectives": answer["plan"](2)}
+
+    try_plan = TryIt("a plan", lambda: {"collectives": 4}, grade=grade)
+    assert try_plan({"plan": ...}) is None and ran == []
+    assert "a plan: not tried yet" in capsys.readouterr().out
+    assert try_plan({"plan": lambda t: t + 1}) is None and len(ran) == 1
+    assert "is not right" in capsys.readouterr().out
+    assert try_plan({"plan": lambda t: 2 * t}) is True
+    assert capsys.readouterr().out == "a plan: right\n"

@@ -17,8 +17,8 @@ def _cells(path):
 
 
 def test_the_series_is_there_in_order():
-    assert NAMES[:4] == ["00_launching_ranks.ipynb", "01_placements_and_dtensor.ipynb", "02_colwise_rowwise.ipynb",
-                         "02b_attention.ipynb"], NAMES
+    assert NAMES[:5] == ["00_launching_ranks.ipynb", "00b_why_tp.ipynb", "01_placements_and_dtensor.ipynb",
+                         "02_colwise_rowwise.ipynb", "02b_attention.ipynb"], NAMES
     assert len(NAMES) >= 13
 
 

@@ -5,7 +5,9 @@ import matplotlib
 import matplotlib.colors as mcolors
 import pytest
 
-from tensorplay_edu.viz import RANK_COLORS, draw_gqa, draw_head_views, heads_per_rank
+import torch
+
+from tensorplay_edu.viz import RANK_COLORS, draw_gqa, draw_head_split, draw_head_views, heads_per_rank, row_chunks
 from figures import by_gid as _by_gid
 
 
@@ -56,8 +58,47 @@ def test_head_views_cut_the_same_channels_into_whole_heads_or_t_th_of_heads(t):
     assert {mcolors.to_hex(p.get_facecolor()) for p in right + wrong}.isdisjoint({c.lower() for c in RANK_COLORS})
 
 
+@pytest.mark.parametrize("n, t", [(32, 2), (32, 3), (16, 3), (16, 4), (6, 4), (64, 8)])
+def test_row_chunks_are_torch_chunk(n, t):
+    assert row_chunks(n, t) == [(int(c[0]), int(c[-1]) + 1) for c in torch.arange(n).chunk(t)]
+
+
+@pytest.mark.parametrize("H, K, t", [(4, 2, 2), (8, 4, 4), (8, 2, 2)])
+def test_head_split_bands_are_whole_heads_in_one_rank_colour(H, K, t):
+    hd = 8
+    ax = draw_head_split(H, K, hd, t).axes[0]
+    boxes = _by_gid(ax)
+    for name, kind, n in (("wq", "q head", H), ("wk", "kv head", K), ("wv", "kv head", K), ("wo", "q head", H)):
+        pieces = [boxes[f"{name} rank {r}"] for r in range(t)]
+        assert [mcolors.to_hex(p.get_facecolor()) for p in pieces] == [c.lower() for c in RANK_COLORS[:t]]
+        sharded = [p.get_height() if name != "wo" else p.get_width() for p in pieces]
+        assert sharded == [n * hd // t] * t, (name, sharded)                     # to scale: n·hd/t rows (columns) each
+        for r, heads in enumerate(heads_per_rank(n, t)):                     # rank r's piece covers its heads' bands
+            for i in heads:
+                band = boxes[f"{name} {kind} {i}"]
+                assert band.get_edgecolor()[:3] == (0.0, 0.0, 0.0), (name, i)  # not cut
+                lo, hi = (band.get_y(), band.get_y() + band.get_height()) if name != "wo" else (
+                    band.get_x(), band.get_x() + band.get_width())
+                p = pieces[r]
+                plo, phi = (p.get_y(), p.get_y() + p.get_height()) if name != "wo" else (p.get_x(), p.get_x() + p.get_width())
+                assert plo <= lo and hi <= phi, (name, i, r)
+    title = ax.get_title()
+    assert f"H = {H}, K = {K}, hd = {hd}, t = {t}" in title and "whole heads" in title
+    assert "rank 0 q heads " + ", ".join(map(str, heads_per_rank(H, t)[0])) in title
+
+
+def test_head_split_names_the_heads_torch_chunk_cuts():
+    ax = draw_head_split(4, 2, 8, 3, weights=("wq", "wk")).axes[0]
+    boxes = _by_gid(ax)
+    red = {gid for gid, p in boxes.items() if p.get_edgecolor()[:3] == (1.0, 0.0, 0.0)}
+    assert red == {"wq q head 1", "wq q head 2", "wk kv head 0", "wk kv head 1"}
+    assert [boxes[f"wq rank {r}"].get_height() for r in range(3)] == [11, 11, 10]
+    assert "wq's pieces of 11, 11, 10 rows cut q heads 1, 2; wk's pieces of 6, 6, 4 rows cut kv heads 0, 1" in ax.get_title()
+    assert "q head 1 (cut)\nrows 8:16" in [tx.get_text() for tx in ax.texts]
+
+
 def test_fonts_of_at_least_8_points():
-    for fig in (draw_gqa(4, 2, 2), draw_head_views(4, 8, 2)):
+    for fig in (draw_gqa(4, 2, 2), draw_head_views(4, 8, 2), draw_head_split(4, 2, 8, 2)):
         for text in fig.findobj(matplotlib.text.Text):
             if text.get_text():
                 assert text.get_fontsize() >= 8, (text.get_text(), text.get_fontsize())

@@ -45,3 +45,15 @@ def test_posting_is_the_stretch_from_a_transfer_start_to_the_first_matmul_under_
                                if p.get_gid() == gid)
     assert spans("post") == [(4, 3)] and spans("wait") == [(9, 3)]
     assert [t.get_text() for t in fig.legends[0].get_texts()][3].startswith("posting")
+
+
+def test_ring_shares_split_wall_time_from_cpu_time_where_the_intervals_carry_it():
+    # the scatter ring above with the thread's CPU times: the posting stretch (4-7 ms) ran 0.5 ms on the CPU, the
+    # matmuls 4 of their 4 ms and 1 of their 2 ms (descheduled for 1 ms inside the second)
+    ring = [("compute", "chunk 1", 0.0, 0.004, 0.0, 0.004), ("transfer", "sum 0", 0.004, 0.012, 0.004, 0.0055),
+            ("compute", "chunk 0", 0.007, 0.009, 0.0045, 0.0055)]
+    (share,) = ring_shares([ring], 2)
+    assert share["posting"] == pytest.approx(0.003) and share["posting on the CPU"] == pytest.approx(0.0005)
+    assert share["compute"] == pytest.approx(0.006) and share["compute on the CPU"] == pytest.approx(0.005)
+    (plain,) = ring_shares([[iv[:4] for iv in ring]], 2)  # no CPU times: the wall-time shares only
+    assert "compute on the CPU" not in plain and plain["posting"] == share["posting"]

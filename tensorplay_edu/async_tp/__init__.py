@@ -6,9 +6,10 @@ the rings; fusion.py plugs them into the styles; timeline.py and measure.py show
 """
 
 from . import fusion  # noqa: F401  (registers the rings with the styles)
-from .measure import time_gather_matmul
+from .measure import standin_ring, time_gather_matmul, time_standin_ring
 from .ring import GatherMatmul, MatmulReduceScatter, RingInput, ring_gather, ring_reduce_scatter
 from .switch import _GROUPS, enable_async_tp, enable_symm_mem_for_group, is_async  # noqa: F401
 
 __all__ = ["enable_symm_mem_for_group", "enable_async_tp", "is_async", "RingInput", "GatherMatmul",
-           "MatmulReduceScatter", "ring_gather", "ring_reduce_scatter", "time_gather_matmul"]
+           "MatmulReduceScatter", "ring_gather", "ring_reduce_scatter", "time_gather_matmul", "standin_ring",
+           "time_standin_ring"]

@@ -1,8 +1,13 @@
 """How much of a ring's transfer time its matmuls hide: one all-gather -> matmuls ring timed
-fused, its transfers alone and its matmuls alone (notebook 10 and the GPU check use it)."""
+fused, its transfers alone and its matmuls alone (notebook 10 and the GPU check use it).
+
+:func:`time_standin_ring` times the same schedule on one process with a **stand-in** transfer: a
+thread that sleeps for the transfer's time and does no work, as a copy engine takes no core from
+the matmul.  It shows what the instrument reads when the transfer really runs beside the matmul."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import torch
@@ -11,7 +16,7 @@ import torch.distributed as dist
 from . import timeline
 from .ring import ring_gather
 
-__all__ = ["time_gather_matmul"]
+__all__ = ["time_gather_matmul", "SleepTransfer", "standin_ring", "time_standin_ring"]
 
 
 @torch.no_grad()
@@ -55,3 +60,91 @@ def time_gather_matmul(shard: torch.Tensor, weights: list[torch.Tensor], mesh, d
     comp = median(lambda: run(matmuls, transfer=False))
     return {"fused": fused, "comm": comm, "comp": comp, "ideal": timeline.ring_ideal(comm, comp, t),
             "overlap": timeline.overlap(fused, comm, comp, t)}
+
+
+class SleepTransfer:
+    """A stand-in transfer: a thread that sleeps ``seconds`` (no core works meanwhile, as for a copy
+    engine), then ``wait()`` hands over ``chunk``.  ``cpu``: the CPU seconds the thread used."""
+
+    def __init__(self, chunk: torch.Tensor, seconds: float):
+        self.chunk, self.cpu = chunk, 0.0
+        self._thread = threading.Thread(target=self._run, args=(seconds,), daemon=True)
+        self._thread.start()
+
+    def _run(self, seconds: float) -> None:
+        start = time.thread_time()
+        time.sleep(seconds)
+        self.cpu = time.thread_time() - start
+
+    def wait(self) -> torch.Tensor:
+        self._thread.join()
+        return self.chunk
+
+
+def standin_ring(chunks: list[torch.Tensor], consume, seconds: float, r: int = 0) -> float:
+    """Rank ``r``'s all-gather -> matmul ring (:func:`~tensorplay_edu.async_tp.ring.ring_gather`'s schedule
+    and timeline marks) on one process, with ``chunks`` the t chunks of the gathered input and each
+    transfer a :class:`SleepTransfer` of ``seconds``.  Returns the CPU seconds the transfers used."""
+    t, c, chunk, cpu = len(chunks), r, chunks[r], 0.0
+    for step in range(t):
+        if step < t - 1:
+            incoming = (c - 1) % t
+            started = timeline.mark()
+            handle = SleepTransfer(chunks[incoming], seconds)
+        with timeline.interval("compute", f"chunk {c}"):
+            consume(c, chunk)
+        if step < t - 1:
+            chunk, c = handle.wait(), incoming
+            timeline.close("transfer", f"chunk {c}", started)
+            cpu += handle.cpu
+    return cpu
+
+
+@torch.no_grad()
+def time_standin_ring(x: torch.Tensor, weights: list[torch.Tensor], t: int, seconds: float | None = None,
+                      dim: int = 1, repeats: int = 9) -> dict:
+    """Seconds of rank 0's all-gather -> matmuls ring on one process, each transfer a thread sleeping
+    ``seconds`` (:func:`standin_ring`; None: as long as one chunk's matmuls, timed first, the balanced
+    case): fused, the transfers alone and the matmuls alone (medians of ``repeats``, the three taken in
+    turn so that a load on the machine falls on all three), the ring's ideal, ``timeline.overlap``,
+    ``transfer_cpu``, the CPU seconds the stand-in transfers of one fused run used (median), and
+    ``seconds``.  ``x``: the gathered input, cut into t chunks along ``dim``."""
+    chunks = list(x.chunk(t, dim))
+
+    def matmuls(c, chunk):
+        for w in weights:
+            chunk @ w.t()
+
+    if seconds is None:
+        one = []
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            matmuls(0, chunks[0])
+            one.append(time.perf_counter() - start)
+        seconds = sorted(one[1:])[repeats // 2]
+
+    def fused():
+        return standin_ring(chunks, matmuls, seconds)
+
+    def comm():
+        return standin_ring(chunks, lambda c, chunk: None, seconds)
+
+    def comp():
+        for c in range(t):
+            matmuls(c, chunks[c])
+        return 0.0
+
+    runs = {"fused": [], "comm": [], "comp": [], "transfer_cpu": []}
+    for i in range(repeats + 1):  # the first round warms up
+        for name, fn in (("fused", fused), ("comm", comm), ("comp", comp)):
+            start = time.perf_counter()
+            cpu = fn()
+            if i:
+                runs[name].append(time.perf_counter() - start)
+                if name == "fused":
+                    runs["transfer_cpu"].append(cpu)
+    out = {name: sorted(v)[len(v) // 2] for name, v in runs.items()}
+    out["ideal"] = timeline.ring_ideal(out["comm"], out["comp"], t)
+    out["overlap"] = timeline.overlap(out["fused"], out["comm"], out["comp"], t)
+    out["seconds"] = seconds
+    return out

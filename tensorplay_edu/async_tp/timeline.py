@@ -9,9 +9,12 @@ matmuls (``compute``) and their ring steps (``transfer``: from the moment a chun
 to the backend until the rank has it in hand, which it checks after its matmul: a transfer
 bar as long as the matmul beside it may have finished earlier; one that outlasts it shows
 the rank waiting).  ``Timeline.origin_ns`` (``perf_counter_ns`` at entry, one clock for all
-processes of a machine) lines ranks up.  On the CPU the clock is ``time.perf_counter_ns``; on
-a GPU, CUDA events on the current stream, read when the recorder closes (so recording does
-not synchronise the GPU).  ``viz.draw_timeline`` draws it; :func:`overlap` turns the three
+processes of a machine) lines ranks up.  On the CPU the clock is ``time.perf_counter_ns``, and
+each interval also carries the recording thread's CPU time at its ends (``cpu_start``, ``cpu_end``:
+``time.thread_time``, seconds since the recorder opened), so that a stretch whose CPU time falls
+short of its wall time shows the thread not running (descheduled, or blocked in a call) rather than
+working; on a GPU, CUDA events on the current stream, read when the recorder closes (so recording
+does not synchronise the GPU; no CPU times).  ``viz.draw_timeline`` draws it; :func:`overlap` turns the three
 measurements of a ring (fused, transfers alone, matmuls alone) and its size into the fraction of
 the overlap the ring could reach (:func:`ring_ideal`) that it reached.
 """
@@ -35,6 +38,8 @@ class Interval:
     label: str
     start: float  # seconds since the recorder opened
     end: float
+    cpu_start: float | None = None  # the recording thread's CPU seconds since the recorder opened (CPU only)
+    cpu_end: float | None = None
 
 
 class Timeline:
@@ -47,6 +52,7 @@ class Timeline:
 
     def __enter__(self):
         self._t0 = self.origin_ns = time.perf_counter_ns()
+        self._c0 = time.thread_time_ns()
         if self.cuda:
             self._e0 = torch.cuda.Event(enable_timing=True)
             self._e0.record()
@@ -67,13 +73,13 @@ class Timeline:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
             return event
-        return (time.perf_counter_ns() - self._t0) / 1e9
+        return (time.perf_counter_ns() - self._t0) / 1e9, (time.thread_time_ns() - self._c0) / 1e9
 
     def add(self, kind: str, label: str, start, end) -> None:
         if self.cuda:
             self._open.append((kind, label, start, end))
-        else:
-            self.intervals.append(Interval(kind, label, start, end))
+        else:  # (wall, thread CPU) marks
+            self.intervals.append(Interval(kind, label, start[0], end[0], start[1], end[1]))
 
     def total(self, kind: str) -> float:
         return sum(i.end - i.start for i in self.intervals if i.kind == kind)

@@ -1,5 +1,5 @@
 """Fit this machine's α, β and matmul FLOP/s from measured samples, then predict a step from its FLOPs
-and the collectives CommDebugMode recorded (notebook 07 measures, fits, predicts and plots; nothing here
+and the collectives CommDebugMode recorded (notebook 07b measures, fits, predicts and plots; nothing here
 times anything). Importable from :mod:`tensorplay_edu.cluster` as well.
 """
 

@@ -149,10 +149,14 @@ class TryIt:
     dict, mostly). It runs at the first complete prediction and is kept in ``.measured`` for the
     next try and for the solution, which reads it to explain. Calling the object with a prediction
     prints the verdict of :func:`check` and returns ``True`` when right, ``None`` otherwise.
+    ``grade``, when given, turns an answer that is code (a plan, a model) into what it does, and
+    that is compared instead: the learner's plan is run, not read.
     """
 
-    def __init__(self, name: str, measure, *, hint: str | None = None, rtol: float = 1e-6, atol: float = 0.0):
+    def __init__(self, name: str, measure, *, hint: str | None = None, rtol: float = 1e-6, atol: float = 0.0,
+                 grade=None):
         self.name, self._measure, self.hint, self.rtol, self.atol = name, measure, hint, rtol, atol
+        self._grade = grade
         self._result = None
 
     @property
@@ -164,7 +168,8 @@ class TryIt:
     def __call__(self, predicted) -> bool | None:
         if untried(predicted):  # nothing is run, nothing is shown, until every ... is filled
             return check(predicted, None, name=self.name)
-        return check(predicted, self.measured, name=self.name, rtol=self.rtol, atol=self.atol, hint=self.hint)
+        got = self._grade(predicted) if self._grade else predicted
+        return check(got, self.measured, name=self.name, rtol=self.rtol, atol=self.atol, hint=self.hint)
 
     def __repr__(self) -> str:  # a cell ending in the object shows no result
         return f"TryIt({self.name!r})"

@@ -16,6 +16,7 @@ patches and texts):
 ``nodes``       which ranks of which node form each group of a (dp, tp) mesh
 ``plans``       whole-model plans: loss gaps, the cost over a hand-written floor, HF's f and f̄
 ``logits``      the vocabulary split: who owns which ids, the logits and their gradient, the bytes
+``vocab``       the vocab-parallel lookup as a sum: each rank's mostly-zero addend, then the lookup
 ``zoo``         the bug zoo: a view's head groups, each bug's size
 ``costs``       what a step costs: TP's overhead on a CPU, setups and layouts at scale, TP's intensity
 ``style``       the palette and labels shared by all of them
@@ -33,10 +34,11 @@ from .block import block_changes, block_steps, draw_block, draw_block_pair
 from .checkpoint import draw_checkpoint, reads, saved_chunks, wanted_chunks
 from .float8 import draw_amax_slices, draw_bytes_by_kind, draw_float8_values
 from .gradients import draw_move_and_gradient
-from .heads import draw_gqa, draw_head_views, heads_per_rank
+from .heads import draw_gqa, draw_head_split, draw_head_views, heads_per_rank, row_chunks
 from .kv_copies import draw_kv_copies, kv_copy_of_rank
 from .layouts import draw_collective, draw_layout, draw_megatron_f, draw_transition, pieces
 from .logits import draw_logits_and_gradient, draw_vocab_owners, draw_wire_bytes
+from .vocab import draw_vocab_addends
 from .nodes import draw_mesh_grid, draw_nodes, node_groups
 from .plans import draw_hf_layer, draw_loss_gaps, draw_overhead_ratios
 from .ring import draw_ring, draw_ring_step_costs, draw_schedules, draw_step_grid, ring_steps
@@ -51,13 +53,13 @@ from .zoo import draw_bug_sizes, draw_view_groups
 __all__ = ["COMM_COLOR", "RANK_COLORS", "SHARED_COLOR", "PARTIAL_HATCH", "FLOAT8_COLOR", "FLOAT8_STYLE", "LANE_COLORS",
            "PHASE_COLORS", "float8_tag", "comm_label",
            "pieces", "draw_layout", "draw_transition", "draw_collective", "draw_megatron_f", "draw_move_and_gradient",
-           "heads_per_rank", "draw_gqa", "draw_head_views", "kv_copy_of_rank", "draw_kv_copies",
+           "heads_per_rank", "draw_gqa", "draw_head_views", "row_chunks", "draw_head_split", "kv_copy_of_rank", "draw_kv_copies",
            "trace_flow", "draw_flow", "draw_comm_chart", "draw_memory", "draw_relative_differences",
            "draw_grad_sync_order",
            "draw_timeline", "draw_ring_timelines",
            "draw_float8_values", "draw_amax_slices", "draw_bytes_by_kind",
            "block_steps", "draw_block", "block_changes", "draw_block_pair",
-           "draw_vocab_owners", "draw_logits_and_gradient", "draw_wire_bytes",
+           "draw_vocab_owners", "draw_logits_and_gradient", "draw_wire_bytes", "draw_vocab_addends",
            "ring_steps", "draw_ring", "draw_schedules", "draw_step_grid", "draw_ring_step_costs",
            "saved_chunks", "wanted_chunks", "reads", "draw_checkpoint", "node_groups", "draw_nodes", "draw_mesh_grid",
            "draw_loss_gaps", "draw_overhead_ratios", "draw_hf_layer",

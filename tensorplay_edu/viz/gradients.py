@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch
 
 from ..placement import Partial, Replicate, normalize
-from .layouts import _draw_global, _op, _view_dims
+from .layouts import draw_global, move_op, view_dims
 from .style import COMM_COLOR
 
 __all__ = ["draw_move_and_gradient"]
@@ -32,13 +32,13 @@ def draw_move_and_gradient(shape, src, dst, world_size: int = 4, *, grad_placeme
     src_n, dst_n = normalize([src], len(shape))[0], normalize([dst], len(shape))[0]
     grad_dst = normalize([grad_placement], len(shape))[0] if grad_placement is not None else _gradient_of(dst_n)
     grad_src = _gradient_of(src_n)
-    dims = _view_dims(shape, None)
+    dims = view_dims(shape, None)
     fig, axes = plt.subplots(2, 3, figsize=(10, 6.2), gridspec_kw={"width_ratios": [3, 1.5, 3]})
-    rows = ((src_n, dst_n, _op(src_n, dst_n), "forward", "black", names),
-            (grad_src, grad_dst, _op(grad_dst, grad_src), "backward", COMM_COLOR, tuple("d" + n for n in names)))
+    rows = ((src_n, dst_n, move_op(src_n, dst_n), "forward", "black", names),
+            (grad_src, grad_dst, move_op(grad_dst, grad_src), "backward", COMM_COLOR, tuple("d" + n for n in names)))
     for (left, mid, right), (p_left, p_right, op, phase, color, (n_left, n_right)) in zip(axes, rows):
-        _draw_global(left, shape, (p_left,), (world_size,), dims)
-        _draw_global(right, shape, (p_right,), (world_size,), dims)
+        draw_global(left, shape, (p_left,), (world_size,), dims)
+        draw_global(right, shape, (p_right,), (world_size,), dims)
         left.set_title(f"{n_left}: " + left.get_title(), fontsize=9)
         right.set_title(f"{n_right}: " + right.get_title(), fontsize=9)
         mid.axis("off")

@@ -14,7 +14,8 @@ from ..placement import Partial, Replicate, Shard, chunk_offset, chunk_sizes, no
 from ..transition import TABLE
 from .style import COMM_COLOR, PARTIAL_HATCH, RANK_COLORS, SHARED_COLOR
 
-__all__ = ["pieces", "draw_layout", "draw_transition", "draw_collective", "draw_megatron_f"]
+__all__ = ["pieces", "view_dims", "draw_global", "move_op", "draw_layout", "draw_transition", "draw_collective",
+           "draw_megatron_f"]
 
 
 def _kind(p) -> str:
@@ -38,7 +39,8 @@ def pieces(shape, placements, mesh_shape) -> list[dict]:
     return out
 
 
-def _view_dims(shape, dims):
+def view_dims(shape, dims):
+    """The two tensor dims a picture draws as rows and columns (a 1-D tensor: one row of blocks)."""
     if dims is not None:
         return tuple(dims)
     return (0, 1) if len(shape) >= 2 else (0, None)
@@ -67,7 +69,7 @@ def _frame_aspect(ax, n_rows: int, n_cols: int) -> None:
     ax.set_box_aspect(min(max((max(n_rows, 1) / max(n_cols, 1)) ** 0.5, lo), hi))
 
 
-def _draw_global(ax, shape, placements, mesh_shape, dims, mesh_dim_names=None):
+def draw_global(ax, shape, placements, mesh_shape, dims, mesh_dim_names=None):
     """The global tensor, blocks coloured by owner; returns nothing, draws on ``ax``.
 
     A block held whole by several ranks (Replicate) is one grey block naming them.  A Partial
@@ -98,10 +100,13 @@ def _draw_global(ax, shape, placements, mesh_shape, dims, mesh_dim_names=None):
         label = f"{who}\nrows {r0}:{r1}" + (f"\ncols {c0}:{c1}" if cols_dim is not None else "")
         if partial:
             label = ("addends of " + label) + f"\npending sum of {len(ranks)}"
-        if (r1 - r0) < 0.2 * n_rows:  # a thin block: one line, so the label stays inside
+        if (r1 - r0) < 0.2 * n_rows:  # a thin block: one line, and no "cols" when it spans them all
+            if (c0, c1) == (0, n_cols) and not partial:
+                label = label.replace(f"\ncols {c0}:{c1}", "")
             label = label.replace("\n", "  ")
-        ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=8,
-                bbox=_ON_HATCH if partial else None)
+        text = ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=8,
+                       bbox=_ON_HATCH if partial else None)
+        text.block = (x, y, w, h)  # the block the label must stay inside (_fit_labels)
     ax.set_xlim(0, n_cols)
     ax.set_ylim(0, max(n_rows, 1))
     ax.set_xticks([])
@@ -110,6 +115,34 @@ def _draw_global(ax, shape, placements, mesh_shape, dims, mesh_dim_names=None):
     ax.set_xlabel(f"dim {cols_dim} ({n_cols})" if cols_dim is not None else "")
     ax.set_ylabel(f"dim {rows_dim} ({n_rows})")
     ax.set_title(f"global {list(shape)} as {_describe(placements, mesh_dim_names)}", fontsize=9)
+
+
+def _fit_labels(fig, ax, smallest: float = 6.0) -> None:
+    """Shrink each block label of ``ax`` that is wider or taller than its block until it fits (down to
+    ``smallest`` points; below that a one-line label keeps only its rank), measured on the figure as laid
+    out."""
+    get_renderer = getattr(fig.canvas, "get_renderer", None)
+    if get_renderer is None:
+        return
+    renderer = get_renderer()
+    ax.apply_aspect()  # the box aspect moves the axes at draw time: measure where they will be drawn
+
+    def fits(text, width, height):
+        box = text.get_window_extent(renderer)
+        return box.width <= 0.95 * width and box.height <= height
+
+    for text in ax.texts:
+        if not hasattr(text, "block"):
+            continue
+        x, y, w, h = text.block
+        (x0, y0), (x1, y1) = ax.transData.transform([(x, y), (x + w, y + h)])
+        width, height = abs(x1 - x0), abs(y1 - y0)
+        while not fits(text, width, height) and text.get_fontsize() > smallest:
+            text.set_fontsize(text.get_fontsize() - 0.5)
+        if not fits(text, width, height) and "\n" not in text.get_text():
+            text.set_text(text.get_text().split("  ")[0])  # "rank 6": the rows and cols are its neighbours'
+        while not fits(text, width, height) and text.get_fontsize() > 4:
+            text.set_fontsize(text.get_fontsize() - 0.5)
 
 
 def _draw_local(ax, shape, piece, dims):
@@ -145,17 +178,19 @@ def draw_layout(shape, placements, mesh_shape=None, *, mesh_dim_names=None, dims
     """
     placements = tuple(placements)
     mesh_shape = tuple(mesh_shape or (4,) * len(placements))
-    dims = _view_dims(shape, dims)
+    dims = view_dims(shape, dims)
     parts = pieces(shape, placements, mesh_shape)
     n = len(parts)
     fig = plt.figure(figsize=(3 + 1.6 * n, 3))
     grid = fig.add_gridspec(1, n + 2, width_ratios=[2.4, 0.3] + [1] * n)
-    _draw_global(fig.add_subplot(grid[0, 0]), shape, placements, mesh_shape, dims, mesh_dim_names)
+    glob = fig.add_subplot(grid[0, 0])
+    draw_global(glob, shape, placements, mesh_shape, dims, mesh_dim_names)
     for i, piece in enumerate(parts):
         _draw_local(fig.add_subplot(grid[0, i + 2]), shape, piece, dims)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    _fit_labels(fig, glob)
     return fig
 
 
@@ -168,16 +203,16 @@ def draw_transition(shape, src, dst, world_size: int = 4, *, backward: bool = Tr
     ``grad_placement=Partial()`` draws Megatron's f.
     """
     src_n, dst_n = normalize([src], len(shape))[0], normalize([dst], len(shape))[0]
-    forward_op = _op(src_n, dst_n)
+    forward_op = move_op(src_n, dst_n)
     grad_src = grad_placement or (Replicate() if isinstance(dst_n, Partial) else dst_n)
-    back_op = _op(grad_src, Replicate() if isinstance(src_n, Partial) else src_n)
-    dims = _view_dims(shape, None)
+    back_op = move_op(grad_src, Replicate() if isinstance(src_n, Partial) else src_n)
+    dims = view_dims(shape, None)
     fig, (left, mid, right) = plt.subplots(1, 3, figsize=(10, 3.2), gridspec_kw={"width_ratios": [3, 1.4, 3]})
-    _draw_global(left, shape, (src_n,), (world_size,), dims)
-    _draw_global(right, shape, (dst_n,), (world_size,), dims)
+    draw_global(left, shape, (src_n,), (world_size,), dims)
+    draw_global(right, shape, (dst_n,), (world_size,), dims)
     mid.axis("off")
     mid.add_patch(FancyArrowPatch((0.05, 0.62), (0.95, 0.62), arrowstyle="->", mutation_scale=18, color="black"))
-    mid.text(0.5, 0.72, f"forward: {forward_op}", ha="center", fontsize=9)
+    mid.text(0.5, 0.72, f"forward: {forward_op}" if backward else forward_op, ha="center", fontsize=9)  # a collective alone
     if backward:
         mid.add_patch(FancyArrowPatch((0.95, 0.35), (0.05, 0.35), arrowstyle="->", mutation_scale=18, color=COMM_COLOR))
         mid.text(0.5, 0.22, f"backward: {back_op}", ha="center", fontsize=9, color=COMM_COLOR)
@@ -185,10 +220,13 @@ def draw_transition(shape, src, dst, world_size: int = 4, *, backward: bool = Tr
     mid.set_ylim(0, 1)
     fig.suptitle(title or f"{src} -> {dst} on {world_size} ranks", fontsize=10)
     fig.tight_layout()
+    _fit_labels(fig, left)
+    _fit_labels(fig, right)
     return fig
 
 
-def _op(src, dst) -> str:
+def move_op(src, dst) -> str:
+    """The collective the transition table issues for one placement move (a name for a picture)."""
     if src == dst:
         return "nothing"
     key = (_kind(src), _kind(dst))

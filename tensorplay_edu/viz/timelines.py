@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.transforms import blended_transform_factory
 
+from .ring_cuts import bar_labels, idle_stretches, ring_intervals, ring_shares, uncovered
 from .style import LANE_COLORS, RANK_COLORS
 
 __all__ = ["draw_timeline", "draw_ring_timelines", "ring_intervals", "ring_shares"]
@@ -29,39 +30,6 @@ def _ring_name(ring) -> tuple[str, str]:
     else:
         module, phase, op = (tuple(ring) + ("",))[:3]
     return f"{module or '-'}: {_RING_OPS.get(op, op)}".rstrip(": "), phase
-
-
-def _bar_labels(ivs, t):
-    """Per interval, its labels longest first: ``"step 2/3: matmul chunk 1"``, ``"matmul chunk 1"``, ``"chunk 1"``,
-    ``"1"``.  A rank's rings are t computes and t-1 transfers each, one after the other (async_tp's rings):
-    where the counts say so, each bar gets its ring (``ring``) and step; a transfer's step is the matmul it
-    runs under.  Returns (labels, ring of each interval or None)."""
-    comps = sorted((j for j, iv in enumerate(ivs) if iv[0] == "compute"), key=lambda j: ivs[j][2])
-    sends = sorted((j for j, iv in enumerate(ivs) if iv[0] == "transfer"), key=lambda j: ivs[j][2])
-    rings = len(comps) // t if t > 1 and len(comps) % t == 0 and len(sends) == (t - 1) * (len(comps) // t) else 0
-    ring_of, step_of = [None] * len(ivs), [None] * len(ivs)
-    for i, j in enumerate(comps if rings else []):
-        ring_of[j], step_of[j] = i // t, i % t
-    for i, j in enumerate(sends if rings else []):
-        ring_of[j] = i // (t - 1)
-        mine = comps[ring_of[j] * t:(ring_of[j] + 1) * t]
-        step_of[j] = next((k for k, c in enumerate(mine) if ivs[c][2] >= ivs[j][2]), t - 1)
-    scatter = {ring_of[j] for j in sends if ivs[j][1].startswith("sum ")}
-    labels = []
-    for j, (kind, label, *_) in enumerate(ivs):
-        word, _, num = label.rpartition(" ")
-        ring, k = ring_of[j], step_of[j]
-        if word not in ("chunk", "sum") or not num.isdigit():
-            labels.append([label, num] if num else [label])
-            continue
-        c = int(num)
-        if kind == "compute":
-            what = f"part of sum {c}" if ring is not None and ring in scatter else f"matmul chunk {c}"
-        else:
-            what = f"send {word} {(c + 1) % t}, get {word} {c}" if t > 1 else f"get {word} {c}"
-        long = [f"step {k + 1}/{t}: {what}"] if k is not None else []
-        labels.append(long + [what, label, num])
-    return labels, ring_of
 
 
 def draw_timeline(per_rank_intervals, title=None, *, rings=None, ring_size=None):
@@ -93,7 +61,7 @@ def draw_timeline(per_rank_intervals, title=None, *, rings=None, ring_size=None)
     ax.tick_params(axis="y", length=0, pad=12)
     ax.set(xlim=(0, span * 1.01), ylim=(-0.7, top), xlabel="time (ms)")
     ax.set_title(title or f"compute and transfers on {n} ranks", fontsize=10, loc="left")
-    labelled = [_bar_labels(ivs, t) for ivs in rows]
+    labelled = [bar_labels(ivs, t) for ivs in rows]
     extent: dict = {}  # ring -> (first start, last end) over the ranks, ms
     for ivs, (_, ring_ids) in zip(rows, labelled):
         for (_, _, start, end), ring in zip(ivs, ring_ids):
@@ -144,34 +112,6 @@ POST_STYLE = dict(facecolor="#FBE3D6", edgecolor="#B0705A", hatch="\\\\")  # a r
 _IDLE = {"waiting": ("wait", WAIT_STYLE), "posting": ("post", POST_STYLE)}  # gid and style of an idle stretch
 
 
-def _waits(start, end, busy):
-    """The parts of [start, end] that no interval of ``busy`` covers: (start, end) pairs."""
-    out, t = [], start
-    for a, b in sorted(busy):
-        if b <= t or a >= end:
-            continue
-        if a > t:
-            out.append((t, a))
-        t = max(t, b)
-    if t < end:
-        out.append((t, end))
-    return [(a, b) for a, b in out if b - a > 1e-12]
-
-
-def _idle(ring, busy):
-    """The stretches of one rank's ring with no matmul running, ``(start, end, what)``: ``"posting"`` from a
-    transfer's start (``ring_shift`` called) to the first matmul that starts under it (the rank was inside
-    ``batch_isend_irecv``, or descheduled); every other stretch ``"waiting"`` (mostly in ``wait()`` for the
-    bytes, or between ring steps)."""
-    posts = [(s, min([a for a, _ in busy if s <= a < e], default=e)) for kind, _, s, e in ring if kind == "transfer"]
-    first, last = min(iv[2] for iv in ring), max(iv[3] for iv in ring)
-    out = []
-    for a, b in _waits(first, last, busy):
-        inside = [(max(a, s), min(b, e)) for s, e in posts if min(b, e) > max(a, s)]
-        out += [(s, e, "posting") for s, e in inside] + [(s, e, "waiting") for s, e in _waits(a, b, inside)]
-    return sorted(out)
-
-
 def draw_ring_timelines(per_rank_intervals, rings, title=None, *, ring_size=None, columns=None):
     """One small timeline per ring, each on its own time axis, so that a ring's bars are wide enough to read.
     ``per_rank_intervals[r]`` lists rank r's intervals, as for :func:`draw_timeline` (a rank's rings are ``t``
@@ -188,7 +128,7 @@ def draw_ring_timelines(per_rank_intervals, rings, title=None, *, ring_size=None
             for ivs in per_rank_intervals]
     n, t = len(rows), ring_size or len(rows)
     names = [_ring_name(ring) for ring in rings]
-    labelled = [_bar_labels(ivs, t) for ivs in rows]
+    labelled = [bar_labels(ivs, t) for ivs in rows]
     phases = list(dict.fromkeys(ph for _, ph in names))
     if phases == [""]:
         ncol = columns or 1
@@ -249,52 +189,11 @@ def draw_ring_timelines(per_rank_intervals, rings, title=None, *, ring_size=None
                 if kind == "compute":
                     bar(start, end, lane(r, kind), texts, kind)
                     continue
-                flying = _waits(start, end, _waits(start, end, busy))  # the parts under a matmul
+                flying = uncovered(start, end, uncovered(start, end, busy))  # the parts under a matmul
                 for a, b in flying:
                     bar(a, b, lane(r, kind), texts if (a, b) == max(flying, key=lambda s: s[1] - s[0]) else [],
                         kind)
             if bars:  # every stretch of the rank's ring without a matmul: posting, or waiting
-                for a, b, what in _idle([iv for iv, _ in bars], busy):
+                for a, b, what in idle_stretches([iv for iv, _ in bars], busy):
                     bar(a, b, lane(r, "transfer"), [what, what[:4]], "transfer", wait=what)
     return fig
-
-
-def _rows(per_rank_intervals):
-    return [[(i.kind, i.label, i.start, i.end) if hasattr(i, "kind") else tuple(i) for i in ivs]
-            for ivs in per_rank_intervals]
-
-
-def ring_intervals(per_rank_intervals, t):
-    """Each rank's intervals cut into its rings as :func:`draw_ring_timelines` cuts them (``t`` matmuls and
-    ``t - 1`` transfers a ring, in order): ``out[r][i]`` lists rank r's ``(kind, label, start, end)`` of
-    ring i, in start order. Raises if a rank's counts are not whole rings."""
-    out = []
-    for r, ivs in enumerate(_rows(per_rank_intervals)):
-        _, ring_of = _bar_labels(ivs, t)
-        if any(ring is None for ring in ring_of):
-            raise ValueError(f"rank {r}: its intervals are not whole rings of {t} matmuls and {t - 1} transfers")
-        rings = [[] for _ in range(max(ring_of, default=-1) + 1)]
-        for iv, ring in zip(ivs, ring_of):
-            rings[ring].append(iv)
-        out.append([sorted(ring, key=lambda iv: iv[2]) for ring in rings])
-    return out
-
-
-def ring_shares(per_rank_intervals, t):
-    """Per rank, in seconds, what :func:`draw_ring_timelines` shades: ``"transfer"``, its transfers in flight;
-    ``"under a matmul"``, the part of them beside a matmul of the same rank (pale teal); the stretches of its
-    rings with no matmul running, ``"posting"`` (inside ``ring_shift``, hatched orange) and ``"waiting"``
-    (the rest, hatched grey)."""
-    shares = []
-    for rings in ring_intervals(per_rank_intervals, t):
-        total = {"transfer": 0.0, "under a matmul": 0.0, "posting": 0.0, "waiting": 0.0}
-        for ring in rings:
-            busy = [(s, e) for kind, _, s, e in ring if kind == "compute"]
-            for kind, _, s, e in ring:
-                if kind == "transfer":
-                    total["transfer"] += e - s
-                    total["under a matmul"] += sum(b - a for a, b in _waits(s, e, _waits(s, e, busy)))
-            for a, b, what in _idle(ring, busy):
-                total[what] += b - a
-        shares.append(total)
-    return shares
