@@ -118,6 +118,10 @@ def test_schedules_step_grid_mesh_grid_and_grad_sync_order():
     dotted = [line for line in ax.lines if line.get_linestyle() == ":"]
     assert len(dotted) == 1 and list(dotted[0].get_xdata()) == [0, 2]  # the norm weight's all-reduce to its bucket
     assert "2 grads" in _texts(ax) and "norm" in _texts(ax)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "norm weight's all-reduce (TP)", "all-gather (TP)", "DDP bucket's all-reduce (DP)",
+        "carries that norm weight across"]
+    assert [line.get_marker() for line in ax.lines if line.get_linestyle() != ":"] == ["D", "o", "^"]  # bucket != norm
 
 
 def test_ring_step_costs_shade_where_the_transfer_hides():

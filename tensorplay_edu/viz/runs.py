@@ -205,15 +205,29 @@ def draw_grad_sync_order(timeline, norms, groups, title=None):
     """A backward's collectives in the order one rank issued them (not to scale in time), on two lanes: its TP
     group above, its DP group below. ``timeline`` lists ``(index, "tp" | "dp", op, module, params)``: a DP
     record is one DDP bucket, ``params`` the parameters it carries. A norm weight's all-reduce (``module`` in
-    ``norms``) is a black diamond named above; a dotted line joins it to the DDP bucket that carries that weight
-    across. ``groups = {"tp": [...], "dp": [...]}``, the rank's two groups."""
-    fig, ax = plt.subplots(figsize=(9, 2.8))
+    ``norms``) is a black diamond named above; a DDP bucket's all-reduce is a black triangle on the DP lane; a
+    dotted line joins a norm weight's all-reduce to the bucket that carries that weight across. The legend names
+    each marker. ``groups = {"tp": [...], "dp": [...]}``, the rank's two groups."""
+    from matplotlib.lines import Line2D
+
+    fig, ax = plt.subplots(figsize=(9, 3.1))
     lanes = {"tp": 1, "dp": 0}
-    marks = {"all_gather": "o", "reduce_scatter": "s", "all_reduce": "D"}
+    kinds = {  # (lane, op, a norm weight?) -> (marker, colour, legend label)
+        ("tp", "all_gather", False): ("o", "lightgray", "all-gather (TP)"),
+        ("tp", "reduce_scatter", False): ("s", "lightgray", "reduce-scatter (TP)"),
+        ("tp", "all_reduce", False): ("D", "lightgray", "all-reduce (TP)"),
+        ("tp", "all_reduce", True): ("D", "black", "norm weight's all-reduce (TP)"),
+        ("dp", "all_reduce", False): ("^", "black", "DDP bucket's all-reduce (DP)"),
+    }
     at = {module: k for k, (_, _, _, module, _) in enumerate(timeline) if module in norms}
+    seen = []
     for k, (_, grp, op, module, params) in enumerate(timeline):
-        norm = module in norms
-        ax.plot(k, lanes[grp], marks[op], color="black" if norm or grp == "dp" else "lightgray", markersize=9)
+        norm = grp == "tp" and module in norms
+        kind = kinds.get((grp, op, norm), ("x", "black", f"{op} ({grp.upper()})"))
+        if kind not in seen:
+            seen.append(kind)
+        ax.plot(k, lanes[grp], kind[0], color=kind[1], markeredgecolor="black" if kind[1] == "black" else "gray",
+                markersize=9)
         for p in params:
             if p in norms:
                 ax.plot([at[p], k], [1, 0], ":", color="black", linewidth=1)
@@ -222,10 +236,14 @@ def draw_grad_sync_order(timeline, norms, groups, title=None):
         if norm:
             short = module.replace(".weight", "").replace("layers.", "layers ").replace(".", "\n", 1)  # two lines
             ax.text(k, 1.25, short, ha="center", va="bottom", fontsize=8)
+    handles = [Line2D([], [], linestyle="", marker=m, color=c, markeredgecolor="black" if c == "black" else "gray",
+                      markersize=8, label=label) for m, c, label in seen]
+    if any(p in norms for *_, params in timeline for p in params):
+        handles.append(Line2D([], [], linestyle=":", color="black", label="carries that norm weight across"))
+    ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
     ax.set_yticks([0, 1], [f"DP group {groups['dp']}\n(DDP buckets)", f"TP group {groups['tp']}"], fontsize=9)
     ax.set_ylim(-0.8, 1.9)
-    ax.set_xlabel("backward collectives in the order the rank issued them, not to scale in time "
-                  "(grey: all-gather o / reduce-scatter s; black diamond on top: a norm weight)", fontsize=8)
+    ax.set_xlabel("backward collectives in the order the rank issued them, not to scale in time", fontsize=8)
     ax.set_xticks([])
     ax.set_title(title or "when each gradient becomes whole, and when DDP sends it across", fontsize=10)
     fig.tight_layout()
