@@ -137,3 +137,14 @@ def test_the_readme_lists_every_notebook_with_its_minutes():
             f"README's notebook table: {path.name} with its {minutes} minutes"
         total += int(minutes)
     assert f"about {round(total / 60)} hours for the series" in readme, total
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
+def test_every_stored_picture_is_shown(path):
+    """A cell that stores a picture may collapse its code, never its output: a collapsed output hides the
+    picture from the learner (tests/test_browser.py sees the same in JupyterLab, where Chromium is)."""
+    for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+        pictures = [out for out in cell.get("outputs", []) if "image/png" in out.get("data", {})]
+        if pictures and not "".join(cell["source"]).startswith(("# Solution", "# The experiment")):
+            assert not cell["metadata"].get("jupyter", {}).get("outputs_hidden"), \
+                f"{path.name} cell {i}: its picture is stored but its output is collapsed"

@@ -203,3 +203,17 @@ def test_docs_example_is_the_planner_output():
     shown = section[section.index("```text\n") + 8:]
     shown = shown[:shown.index("\n```")]
     assert shown == format_plan("llama3-70b", 64, "h100", seq=8192, top=3)
+
+
+def test_the_float8_recipes_tried_are_a_choice():
+    """``float8=`` narrows the recipes the planner tries: ``()`` keeps bf16 layouts only, ``("rowwise",)`` what
+    torchtitan still offers; the layouts left are exactly the default plan's layouts with those recipes (or none),
+    and a name that is no recipe is refused by ``Setup`` with the recipes listed."""
+    everything, _ = plan("llama3-8b", 8, "h100", seq=8192, global_batch=16)
+    for recipes in ((), ("rowwise",), "rowwise"):
+        feasible, _ = plan("llama3-8b", 8, "h100", seq=8192, global_batch=16, float8=recipes)
+        allowed = {None, *((recipes,) if isinstance(recipes, str) else recipes)}
+        assert feasible and {r["setup"].float8 for r in feasible} <= allowed
+        assert [r["setup"] for r in feasible] == [r["setup"] for r in everything if r["setup"].float8 in allowed]
+    with pytest.raises(ValueError, match="rowwise_with_gw_hp"):
+        plan("llama3-8b", 8, "h100", global_batch=16, float8=("bf8",))

@@ -6,14 +6,13 @@ the model is.
 
 or, from a notebook, ``feasible, refused = plan("llama3-70b", 64, "h100", seq=8192, global_batch=64)``.
 
-Every layout runs the same global batch (sequences per optimizer step) on all the GPUs, so their step
-times compare like for like. For each TP degree t (dividing the heads, inside a node) the d = gpus / t
-data-parallel replicas share the batch; each runs it as micro-batches (gradient accumulation), the
-fastest that fits. The planner tries SP, loss_parallel and async TP (with SP), every float8 recipe
-(tensorwise with FSDP gathers its weights in float8, as torchao recommends), plain DP or FSDP, and no,
-selective or full activation checkpointing. It refuses what cannot run or
-does not fit in HBM less ``RESERVE`` (the CUDA context and NCCL's buffers, outside the allocator peaks
-the memory model is checked against). Two honesty rules come from ``published.error_bands``:
+Every layout runs the same global batch (sequences per optimizer step) on all the GPUs, so their step times compare
+like for like. For each TP degree t (dividing the heads, inside a node) the d = gpus / t data-parallel replicas
+share the batch; each runs it as micro-batches (gradient accumulation), the fastest that fits. The planner tries
+SP, loss_parallel and async TP (with SP), every float8 recipe (tensorwise with FSDP gathers its weights in float8,
+as torchao recommends), plain DP or FSDP, and no, selective or full activation checkpointing. It refuses what
+cannot run or does not fit in HBM less ``RESERVE`` (the CUDA context and NCCL's buffers, outside the allocator
+peaks the memory model is checked against). Two honesty rules come from ``published.error_bands``:
 
 * **risky**: a layout whose memory estimate, divided by the model's lowest memory ratio on published
   peaks (it under-counts by up to that), would not fit. Risky layouts rank after every safe one.
@@ -59,14 +58,14 @@ def _resolve(model, gpu) -> tuple[Model, GPU]:
     return model, gpu
 
 
-def _layouts(gpus: int, seq: int):
+def _layouts(gpus: int, seq: int, float8=FLOAT8_RECIPES):
     """Every layout the planner considers (micro-batching aside), TP degree first."""
     for t in (t for t in range(1, gpus + 1) if gpus % t == 0):
         d = gpus // t
         tp_options = [(False, False, False)] if t == 1 else \
             [(sp, lp, asy) for sp in (False, True) for lp in (False, True) for asy in (False, True) if sp or not asy]
         for sp, lp, asy in tp_options:
-            for f8 in (None, *FLOAT8_RECIPES):
+            for f8 in (None, *float8):
                 for fsdp in ((False, True) if d > 1 else (False,)):
                     for ac in ("none", "selective", "full"):
                         yield Setup(tp=t, sp=sp, loss_parallel=lp, float8=f8, async_tp=asy, dp=d, fsdp=fsdp,
@@ -91,15 +90,16 @@ def _why_not(model: Model, gpu: GPU, s: Setup, global_batch: int) -> str | None:
     return None
 
 
-def plan(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int | None = None, reserve: float = RESERVE):
-    """``(feasible, refused)`` for ``model`` (name or Model) on ``gpus`` GPUs of kind ``gpu`` at a global
-    batch of ``global_batch`` sequences of ``seq`` tokens (default: one per GPU).
+def plan(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int | None = None, reserve: float = RESERVE,
+         float8=FLOAT8_RECIPES):
+    """``(feasible, refused)`` for ``model`` (name or Model) on ``gpus`` GPUs of kind ``gpu``, a global batch of
+    ``global_batch`` sequences of ``seq`` tokens (default: one per GPU), float8 recipes ``float8`` (``()``: none).
 
     ``feasible``: dicts ``{"setup", "memory" (bytes by component), "total" (bytes), "time" (:func:`step_time`),
-    "risky", "tie_with_best"}``, safe ones first, fastest first; each setup carries the micro-batch
-    (``batch``) and ``micro_batches`` chosen: the fastest safe one, else the fastest that fits.
-    ``refused``: dicts ``{"setup", "reason", "over" (bytes over the usable HBM at one sequence per
-    micro-batch; 0 for a structural reason)}``, out of memory first, closest to fitting first."""
+    "risky", "tie_with_best"}``, safe ones first, fastest first; each setup carries the micro-batch (``batch``)
+    and ``micro_batches`` chosen: the fastest safe one, else the fastest that fits. ``refused``: dicts
+    ``{"setup", "reason", "over" (bytes over the usable HBM at one sequence per micro-batch; 0 for a structural
+    reason)}``, out of memory first, closest to fitting first."""
     model, gpu = _resolve(model, gpu)
     global_batch = gpus if global_batch is None else global_batch
     for name, value in (("gpus", gpus), ("seq", seq), ("global_batch", global_batch)):
@@ -113,7 +113,7 @@ def plan(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int | None
     usable, bands = (1 - reserve) * gpu.hbm_bytes, error_bands()
     under = bands["memory"][0]
     feasible, refused = [], []
-    for base in _layouts(gpus, seq):
+    for base in _layouts(gpus, seq, (float8,) if isinstance(float8, str) else tuple(float8)):  # Setup checks names
         reason = _why_not(model, gpu, base, global_batch)
         if reason:
             refused.append({"setup": base, "reason": reason, "over": 0.0})
