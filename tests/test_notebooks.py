@@ -148,3 +148,12 @@ def test_every_stored_picture_is_shown(path):
         if pictures and not "".join(cell["source"]).startswith(("# Solution", "# The experiment")):
             assert not cell["metadata"].get("jupyter", {}).get("outputs_hidden"), \
                 f"{path.name} cell {i}: its picture is stored but its output is collapsed"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
+def test_every_cell_has_an_id(path):
+    """nbformat 4.5 cells carry an id (nbformat warns of a future hard error without one): a cell added by
+    editing the JSON gets one too, unique in its notebook."""
+    cells = json.loads(path.read_text())["cells"]
+    ids = [cell.get("id") for cell in cells]
+    assert all(ids) and len(set(ids)) == len(ids), f"{path.name}: cells {[i for i, x in enumerate(ids) if not x]} lack an id"
