@@ -9,6 +9,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
+from ..placement import chunk_offset, chunk_sizes
 from .style import RANK_COLORS
 
 __all__ = ["heads_per_rank", "draw_gqa", "draw_head_views", "row_chunks", "draw_head_split"]
@@ -90,8 +91,8 @@ _WEIGHTS = {"wq": ("q head", "rows"), "wk": ("kv head", "rows"), "wv": ("kv head
 def row_chunks(n_rows: int, world_size: int) -> list[tuple[int, int]]:
     """The [start, stop) rows of each rank's piece, as ``torch.chunk`` cuts them (``ColwiseParallel``'s Shard(0)):
     pieces of ceil(n/t) rows, the last one shorter (and fewer than t pieces when n is small)."""
-    size = -(-n_rows // world_size)
-    return [(start, min(start + size, n_rows)) for start in range(0, n_rows, size)]
+    starts = [chunk_offset(n_rows, world_size, r) for r in range(world_size)]
+    return [(a, a + size) for a, size in zip(starts, chunk_sizes(n_rows, world_size)) if size]
 
 
 def draw_head_split(n_heads: int, n_kv_heads: int, head_dim: int, world_size: int, dim: int | None = None,
