@@ -4,7 +4,8 @@ import math
 import pytest
 
 from tensorplay_edu import cluster
-from tensorplay_edu.cluster.protocols import NCCL_LL, NCCL_LL128, cheapest_protocol, ll128_band, protocol_terms
+from tensorplay_edu.cluster.protocols import (NCCL_LL, NCCL_LL128, cheapest_protocol, ll128_band, protocol_terms,
+                                             tree_all_reduce_terms)
 
 H100 = cluster.GPUS["h100"]
 
@@ -63,3 +64,21 @@ def test_ll128_band_is_where_it_wins_and_small_gain():
 def test_bad_protocol():
     with pytest.raises(ValueError):
         protocol_terms("all_gather", 1e3, 8, H100, "ll64")
+
+
+def test_tree_all_reduce_across_nodes():
+    n = 134e6                                                            # one [1, 8192, 8192] bf16 activation
+    bw, lat = tree_all_reduce_terms(n, 8, H100, nodes=2)                 # 2 nodes x 4 GPUs: one buffer leaves a node
+    assert math.isclose(bw, n / (4 * H100.ib_busbw))
+    assert math.isclose(lat, cluster.NCCL_BASE_LATENCY + 2 * (3 * H100.nvlink_alpha + 1 * H100.ib_alpha))
+    ring_bw, ring_lat = cluster.ring_terms("all_reduce", n, 8, H100, "ib", nodes=2)
+    assert math.isclose(ring_bw / bw, 2 * 7 / 8) and lat < ring_lat          # the ring sends 2(t-1)/t buffers
+    assert sum(cluster.ring_terms("all_reduce", n, 8, H100)) < bw + lat       # still over NVLink (NVLS)
+    # one GPU per node: the tree's bytes are the ring's, 2(N-1)/N, and its latency grows as log2(N), not N
+    bw8, lat8 = tree_all_reduce_terms(n, 8, H100, nodes=8)
+    assert math.isclose(bw8, cluster.ring_terms("all_reduce", n, 8, H100, "ib")[0])
+    assert math.isclose(lat8, cluster.NCCL_BASE_LATENCY + 2 * 3 * H100.ib_alpha)
+    assert tree_all_reduce_terms(n, 8, H100, nodes=1) == cluster.ring_terms("all_reduce", n, 8, H100, "nvlink")
+    assert tree_all_reduce_terms(n, 1, H100, nodes=1) == (0.0, 0.0)
+    with pytest.raises(ValueError):
+        tree_all_reduce_terms(n, 8, H100, nodes=3)

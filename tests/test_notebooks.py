@@ -102,30 +102,61 @@ def test_needs_nothing_outside_the_repository(path):
                     f"{path.name}: 'seed' in prose should mean a random seed: ...{around}..."
 
 
+OPTIONAL = re.compile(r"^(#{2,3}) .*(for experts|optional)", re.I | re.M)  # a section a first reading skips
+
+
+def reading_load(path):
+    """(words, visible code lines, exercises) of the whole notebook and of a first reading, which skips every
+    section whose heading says "For experts" or "optional" (up to the next heading of its level or above),
+    and the collapsed cells' code lines."""
+    whole, first, hidden, skip_level = [0, 0, 0], [0, 0, 0], 0, None
+    for cell in json.loads(path.read_text())["cells"]:
+        src = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            heading = re.match(r"(#{1,3}) ", src)
+            if heading and skip_level and len(heading.group(1)) <= skip_level:
+                skip_level = None
+            optional = OPTIONAL.match(src)
+            if optional and not skip_level:
+                skip_level = len(optional.group(1))
+            load = [len(src.split()), 0, int(src.startswith("### Try it"))]
+        else:
+            lines = sum(1 for line in src.splitlines() if line.strip() and not line.strip().startswith("#"))
+            if cell["metadata"].get("jupyter", {}).get("source_hidden"):
+                hidden, load = hidden + lines, [0, 0, 0]
+            else:
+                load = [0, lines, 0]
+        whole = [a + b for a, b in zip(whole, load)]
+        if not skip_level:
+            first = [a + b for a, b in zip(first, load)]
+    return whole, first, hidden
+
+
+def minutes(words, code, exercises):
+    return words / 100 + code / 8 + 12 * exercises
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
 def test_the_minutes_stated_are_honest(path):
     """At least the time to read its prose at 100 words a minute (technical text, checked as you go) and its
     visible code at 8 lines a minute, and 12 minutes per exercise, the basis its header states: a notebook that
-    grows must say so. The collapsed cells (checks, experiments, solutions, drawing code) are priced apart, at
+    grows must say so. A notebook with sections for experts or marked optional also states a first reading's
+    time without them. The collapsed cells (checks, experiments, solutions, drawing code) are priced apart, at
     8 lines a minute, for the reader who opens them all."""
-    words = code = hidden = exercises = 0
-    for cell in json.loads(path.read_text())["cells"]:
-        src = "".join(cell["source"])
-        if cell["cell_type"] == "markdown":
-            words, exercises = words + len(src.split()), exercises + src.startswith("### Try it")
-            continue
-        lines = sum(1 for line in src.splitlines() if line.strip() and not line.strip().startswith("#"))
-        if cell["metadata"].get("jupyter", {}).get("source_hidden"):
-            hidden += lines
-        else:
-            code += lines
+    whole, first, hidden = reading_load(path)
     header = _cells(path)[0][1]
-    said = re.search(r"Time: about (\d+) minutes \(reading at 100 words and 8 lines of code a minute, 12 per exercise\); "
+    said = re.search(r"Time: about (\d+) minutes \(reading at 100 words and 8 lines of code a minute, 12 per exercise\)"
+                     r"(?:, about (\d+) on a first reading, which skips the sections for experts or marked optional)?; "
                      r"the collapsed cells, if you open them all, about (\d+) more\.", header)
     assert said, f"{path.name}: the header's Time line, with its basis and the collapsed cells' minutes"
-    stated, extra = int(said.group(1)), int(said.group(2))
-    assert stated >= words / 100 + code / 8 + 12 * exercises, (path.name, stated, words, code, exercises)
+    stated, extra = int(said.group(1)), int(said.group(3))
+    assert stated >= minutes(*whole), (path.name, stated, whole)
     assert extra >= hidden / 8, (path.name, extra, hidden)
+    if first == whole:
+        assert said.group(2) is None, f"{path.name}: no optional section, so no first-reading time"
+    else:
+        assert said.group(2), f"{path.name}: it has optional sections: state the first reading's minutes too"
+        assert minutes(*first) <= int(said.group(2)) < stated, (path.name, said.group(2), first)
 
 
 def test_the_readme_lists_every_notebook_with_its_minutes():

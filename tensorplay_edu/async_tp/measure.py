@@ -14,9 +14,13 @@ import torch
 import torch.distributed as dist
 
 from . import timeline
-from .ring import ring_gather
+from .ring import gather_schedule, ring_gather
 
 __all__ = ["time_gather_matmul", "SleepTransfer", "standin_ring", "time_standin_ring"]
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 @torch.no_grad()
@@ -54,7 +58,7 @@ def time_gather_matmul(shard: torch.Tensor, weights: list[torch.Tensor], mesh, d
 
     def median(fn):
         fn()  # warm-up: first connections, first allocations
-        return sorted(fn() for _ in range(repeats))[repeats // 2]
+        return _median([fn() for _ in range(repeats)])
 
     fused, comm = median(lambda: run(matmuls)), median(lambda: run())
     comp = median(lambda: run(matmuls, transfer=False))
@@ -82,22 +86,17 @@ class SleepTransfer:
 
 
 def standin_ring(chunks: list[torch.Tensor], consume, seconds: float, r: int = 0) -> float:
-    """Rank ``r``'s all-gather -> matmul ring (:func:`~tensorplay_edu.async_tp.ring.ring_gather`'s schedule
-    and timeline marks) on one process, with ``chunks`` the t chunks of the gathered input and each
-    transfer a :class:`SleepTransfer` of ``seconds``.  Returns the CPU seconds the transfers used."""
-    t, c, chunk, cpu = len(chunks), r, chunks[r], 0.0
-    for step in range(t):
-        if step < t - 1:
-            incoming = (c - 1) % t
-            started = timeline.mark()
-            handle = SleepTransfer(chunks[incoming], seconds)
-        with timeline.interval("compute", f"chunk {c}"):
-            consume(c, chunk)
-        if step < t - 1:
-            chunk, c = handle.wait(), incoming
-            timeline.close("transfer", f"chunk {c}", started)
-            cpu += handle.cpu
-    return cpu
+    """Rank ``r``'s all-gather -> matmul ring (:func:`~tensorplay_edu.async_tp.ring.gather_schedule`, the
+    schedule ``ring_gather`` runs) on one process, with ``chunks`` the t chunks of the gathered input and
+    each transfer a :class:`SleepTransfer` of ``seconds``.  Returns the CPU seconds the transfers used."""
+    transfers = []
+
+    def post(chunk, incoming):  # the stand-in "receives" chunk `incoming` after sleeping
+        transfers.append(SleepTransfer(chunks[incoming], seconds))
+        return transfers[-1]
+
+    gather_schedule(len(chunks), r, chunks[r], post, consume)
+    return sum(handle.cpu for handle in transfers)
 
 
 @torch.no_grad()
@@ -121,7 +120,7 @@ def time_standin_ring(x: torch.Tensor, weights: list[torch.Tensor], t: int, seco
             start = time.perf_counter()
             matmuls(0, chunks[0])
             one.append(time.perf_counter() - start)
-        seconds = sorted(one[1:])[repeats // 2]
+        seconds = _median(one[1:])
 
     def fused():
         return standin_ring(chunks, matmuls, seconds)
@@ -143,7 +142,7 @@ def time_standin_ring(x: torch.Tensor, weights: list[torch.Tensor], t: int, seco
                 runs[name].append(time.perf_counter() - start)
                 if name == "fused":
                     runs["transfer_cpu"].append(cpu)
-    out = {name: sorted(v)[len(v) // 2] for name, v in runs.items()}
+    out = {name: _median(v) for name, v in runs.items()}
     out["ideal"] = timeline.ring_ideal(out["comm"], out["comp"], t)
     out["overlap"] = timeline.overlap(out["fused"], out["comm"], out["comp"], t)
     out["seconds"] = seconds

@@ -41,30 +41,44 @@ from ..parallel.style import FusedInput
 from ..placement import chunk_offset, chunk_sizes
 from . import timeline
 
-__all__ = ["ring_gather", "ring_reduce_scatter", "chunk_rows", "all_gather_matmul", "reduce_scatter_ring",
+__all__ = ["gather_schedule", "ring_gather", "ring_reduce_scatter", "chunk_rows", "all_gather_matmul", "reduce_scatter_ring",
            "matmul_reduce_scatter", "input_grad_ring", "gather_matmul_grads",
            "GatherMatmul", "MatmulReduceScatter", "RingInput"]
 
 
 # ---- the two rings ----------------------------------------------------------------------
-def ring_gather(shard: torch.Tensor, dim: int, sizes: list[int], mesh, consume) -> int:
-    """Every chunk of the sequence passes through this rank, one per step: ``consume(c, chunk)``
-    runs while the next chunk travels.  Returns the bytes this rank sent."""
-    group, t, r = mesh.get_group(), mesh.size(), mesh.get_local_rank()
-    chunk, c, sent = shard, r, 0
+def gather_schedule(t: int, r: int, chunk: torch.Tensor, post, consume) -> None:
+    """Rank r's t steps of the all-gather ring, starting with its own chunk: post the chunk in hand
+    to rank r+1 (``post(chunk, incoming)`` returns a handle whose ``wait()`` gives chunk ``incoming``
+    from rank r-1), ``consume(c, chunk)`` while it travels, then take the one that arrived.
+    :func:`ring_gather` posts a ``ring_shift``; ``measure.standin_ring`` a sleeping thread."""
+    c = r
     for step in range(t):
         if step < t - 1:  # pass the chunk in hand on, take the one from rank r-1
             incoming = (c - 1) % t
-            shape = list(shard.shape)
-            shape[dim] = sizes[incoming]
             started = timeline.mark()  # the transfer's clock starts when the send is posted, not after
-            handle = C.ring_shift(chunk, shape, r, group)
-            sent += chunk.numel() * chunk.element_size()
+            handle = post(chunk, incoming)
         with timeline.interval("compute", f"chunk {c}"):
             consume(c, chunk)
         if step < t - 1:
             chunk, c = handle.wait(), incoming
             timeline.close("transfer", f"chunk {c}", started)
+
+
+def ring_gather(shard: torch.Tensor, dim: int, sizes: list[int], mesh, consume) -> int:
+    """Every chunk of the sequence passes through this rank, one per step: ``consume(c, chunk)``
+    runs while the next chunk travels.  Returns the bytes this rank sent."""
+    group, t, r = mesh.get_group(), mesh.size(), mesh.get_local_rank()
+    sent = 0
+
+    def post(chunk, incoming):  # send to rank r+1, receive chunk `incoming` ([b, s_incoming, h]) from r-1
+        nonlocal sent
+        shape = list(shard.shape)
+        shape[dim] = sizes[incoming]
+        sent += chunk.numel() * chunk.element_size()
+        return C.ring_shift(chunk, shape, r, group)
+
+    gather_schedule(t, r, shard, post, consume)
     return sent
 
 

@@ -1,4 +1,5 @@
-"""NCCL's three protocols, LL, LL128 and Simple, for a ring inside one node: what a collective costs with each.
+"""NCCL's three protocols, LL, LL128 and Simple, for a ring inside one node: what a collective costs with each;
+and NCCL's tree all-reduce across nodes.
 
 :func:`~tensorplay_edu.cluster.model.ring_terms` prices every collective with the latencies of NCCL's
 **Simple** protocol (8.4 µs base, 3.4 µs per NVLink step). NCCL also has two cheaper-latency protocols, which
@@ -27,15 +28,25 @@ to about 24 MB (:func:`ll128_band` computes it), by at most a few percent of the
 rings have fewer steps for LL128's lower α to save, never. ``cluster``'s package-level names do not re-export
 these; import them from ``tensorplay_edu.cluster.protocols``.
 
+One algorithm besides the ring: :func:`tree_all_reduce_terms` prices an all-reduce across nodes as NCCL's
+**tree** runs it: each node sums its GPUs' buffers over NVLink first, then a double binary tree over the nodes
+(two trees, each carrying half the buffer, up to reduce and down to broadcast) moves the node sums. Its latency
+has tuning.cc's tree form, base + 2·((t/N - 1)·α_intra + log2(N)·α_inter) for t ranks on N nodes (a phase
+up, a phase down), priced with the ring's per-step α that :func:`ring_terms` uses (NCCL's own tree α differ,
+and change between versions); its bandwidth term carries the bytes that leave a node on average,
+2(N-1)/N of the buffer (the busiest nodes, interior in one tree, send up to twice the buffer: NVIDIA/nccl#457),
+through the node's NICs, against a ring's 2(t-1)/t. Two nodes of 4 GPUs: 1 buffer per node, not 1.75.
+
 Left out: NCCL may also run an all-gather or a reduce-scatter inside a node as NVLS (NVLink SHARP), and the
 all-reduce ``cluster.collective_time`` prices as NVLS; this module compares ring protocols only. The existing
 functions of ``cluster`` are left as they are: their Simple figures are an upper bound on a small collective's
 latency, and within a few percent in LL128's band.
 """
 
-from .model import GPU, ring_steps, ring_terms
+from .model import GPU, NCCL_BASE_LATENCY, ring_steps, ring_terms
 
-__all__ = ["NCCL_LL", "NCCL_LL128", "PROTOCOLS", "protocol_terms", "cheapest_protocol", "ll128_band"]
+__all__ = ["NCCL_LL", "NCCL_LL128", "PROTOCOLS", "protocol_terms", "cheapest_protocol", "ll128_band",
+           "tree_all_reduce_terms"]
 
 # Ring / LL inside one node (tuning.cc: baseLatencies Ring LL, hwLatencies NVLINK Ring LL, llMaxBws Hopper-N1).
 NCCL_LL = {"base": 6.6e-6, "alpha": 0.6e-6, "max_busbw": 141e9, "busbw_share": 0.5}
@@ -82,3 +93,23 @@ def ll128_band(op: str, world: int, gpu: GPU) -> tuple[float, float] | None:
         return (lat_b - lat_a) / (bw_a - bw_b)
     low, high = cross("ll", "ll128"), cross("ll128", "simple")
     return (low, high) if low < high else None
+
+
+def tree_all_reduce_terms(nbytes: float, world: int, gpu: GPU, nodes: int) -> tuple[float, float]:
+    """(bandwidth seconds, latency seconds) of one all-reduce of a ``nbytes`` buffer over ``world`` ranks spread
+    evenly over ``nodes`` nodes, run as NCCL's tree: summed inside each node over NVLink, then a double binary
+    tree across the nodes. Latency: ``NCCL_BASE_LATENCY + 2·((world/nodes - 1)·nvlink_alpha +
+    floor(log2(nodes))·ib_alpha)``, tuning.cc's tree form with the ring's per-step figures. Bandwidth: the
+    ``2(nodes-1)/nodes`` buffers that leave a node on average, through its ``world/nodes`` NICs (their busBw, at
+    most NVLink's), as :func:`ring_terms` gives a node's rings. One node: the ring's price (NVLS), as
+    :func:`ring_terms`."""
+    if world <= 1:
+        return 0.0, 0.0
+    if nodes <= 1:
+        return ring_terms("all_reduce", nbytes, world, gpu, "nvlink")
+    if world % nodes:
+        raise ValueError(f"tree_all_reduce_terms: {world} ranks do not spread evenly over {nodes} nodes")
+    per_node = world // nodes
+    bw = min(per_node * gpu.ib_busbw, gpu.nvlink_busbw)
+    latency = NCCL_BASE_LATENCY + 2 * ((per_node - 1) * gpu.nvlink_alpha + (nodes.bit_length() - 1) * gpu.ib_alpha)
+    return 2 * (nodes - 1) / nodes * nbytes / bw, latency

@@ -17,8 +17,10 @@ patches and texts):
 ``plans``       whole-model plans: loss gaps, the cost over a hand-written floor, HF's f and f̄
 ``logits``      the vocabulary split: who owns which ids, the logits and their gradient, the bytes
 ``vocab``       the vocab-parallel lookup as a sum: each rank's mostly-zero addend, then the lookup
+``sandwich``    PrepareModuleInputOutput's g in front of a module and ḡ after it, both ways
 ``zoo``         the bug zoo: a view's head groups, each bug's size
 ``costs``       what a step costs: TP's overhead on a CPU, setups and layouts at scale, TP's intensity
+``fits``        what fits on one GPU: a layout's memory per GPU in four groups, against the GPU
 ``style``       the palette and labels shared by all of them
 ==============  ==============================================================================
 
@@ -39,6 +41,7 @@ from .kv_copies import draw_kv_copies, kv_copy_of_rank
 from .layouts import draw_collective, draw_layout, draw_megatron_f, draw_transition, pieces
 from .logits import draw_logits_and_gradient, draw_vocab_owners, draw_wire_bytes
 from .vocab import draw_vocab_addends
+from .sandwich import draw_prepare_sandwich, sandwich_steps
 from .nodes import draw_mesh_grid, draw_nodes, node_groups
 from .plans import draw_hf_layer, draw_loss_gaps, draw_overhead_ratios
 from .ring import draw_ring, draw_ring_step_costs, draw_schedules, draw_step_grid, ring_steps
@@ -48,9 +51,11 @@ from .style import (COMM_COLOR, FLOAT8_COLOR, FLOAT8_STYLE, LANE_COLORS, PARTIAL
                     SHARED_COLOR, comm_label, float8_tag)
 from .timelines import draw_ring_timelines, draw_timeline
 from .costs import draw_layouts, draw_setups, draw_tp_intensity, draw_tp_overhead
+from .fits import MEMORY_GROUP_COLORS, MEMORY_GROUPS, draw_memory_parts, memory_groups
 from .zoo import draw_bug_sizes, draw_view_groups
 
-__all__ = ["COMM_COLOR", "RANK_COLORS", "SHARED_COLOR", "PARTIAL_HATCH", "FLOAT8_COLOR", "FLOAT8_STYLE", "LANE_COLORS",
+__all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory_parts",
+           "COMM_COLOR", "RANK_COLORS", "SHARED_COLOR", "PARTIAL_HATCH", "FLOAT8_COLOR", "FLOAT8_STYLE", "LANE_COLORS",
            "PHASE_COLORS", "float8_tag", "comm_label",
            "pieces", "draw_layout", "draw_transition", "draw_collective", "draw_megatron_f", "draw_move_and_gradient",
            "heads_per_rank", "draw_gqa", "draw_head_views", "row_chunks", "draw_head_split", "kv_copy_of_rank", "draw_kv_copies",
@@ -60,6 +65,7 @@ __all__ = ["COMM_COLOR", "RANK_COLORS", "SHARED_COLOR", "PARTIAL_HATCH", "FLOAT8
            "draw_float8_values", "draw_amax_slices", "draw_bytes_by_kind",
            "block_steps", "draw_block", "block_changes", "draw_block_pair",
            "draw_vocab_owners", "draw_logits_and_gradient", "draw_wire_bytes", "draw_vocab_addends",
+           "draw_prepare_sandwich", "sandwich_steps",
            "ring_steps", "draw_ring", "draw_schedules", "draw_step_grid", "draw_ring_step_costs",
            "saved_chunks", "wanted_chunks", "reads", "draw_checkpoint", "node_groups", "draw_nodes", "draw_mesh_grid",
            "draw_loss_gaps", "draw_overhead_ratios", "draw_hf_layer",

@@ -1,0 +1,76 @@
+"""What fits on one GPU: a training layout's memory per GPU in four groups, against the GPU (notebooks 00, 00b).
+
+The groups gather ``cluster.memory``'s parts: the **training state** (fp32 weights, gradients, AdamW's moments),
+the **bf16 weights** the matmuls read (with FSDP, the unit it gathers and its buffers), the **activations**
+(with one block's activation gradients during backward) and the **logits** at the loss's peak.
+"""
+
+import matplotlib.pyplot as plt
+
+__all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory_parts"]
+
+MEMORY_GROUPS = {"training state": ("weights", "gradients", "optimizer"), "bf16 weights, FSDP buffers": ("working",),
+                 "activations": ("activations", "backward"), "logits": ("logits",)}
+MEMORY_GROUP_COLORS = {"training state": "#4C72B0", "bf16 weights, FSDP buffers": "#8172B3",
+                       "activations": "#C44E52", "logits": "#DA8BC3"}
+
+
+def memory_groups(parts: dict) -> dict:
+    """{group: GB}: ``cluster.memory``'s parts (in GB) summed into ``MEMORY_GROUPS``."""
+    return {group: sum(parts[p] for p in members) for group, members in MEMORY_GROUPS.items()}
+
+
+def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: bool = False, top: float | None = None,
+                      usable_gb: float | None = None):
+    """Stacked bars of memory per GPU, one per layout of ``plans`` ({name: {cluster.memory part: GB}}), in the four
+    groups, with a dashed line at one GPU (``gpu_gb``) and, if given, a dotted one at what a plan may use
+    (``usable_gb``). Vertical bars by default: a bar over ``top`` GB is cut there, its total marked "(cut)" and its
+    four groups written inside it. ``horizontal=True``: one row per layout, totals to the right, clear of the lines."""
+    names = list(plans)
+    groups = {name: memory_groups(parts) for name, parts in plans.items()}
+    totals = {name: sum(parts.values()) for name, parts in plans.items()}
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(names) + 0.85) if horizontal else (7, 4))
+    low = [0.0] * len(names)
+    for group, color in MEMORY_GROUP_COLORS.items():
+        size = [groups[name][group] if top is None else min(groups[name][group], max(top - base, 0))
+                for name, base in zip(names, low)]
+        draw = ax.barh if horizontal else ax.bar
+        draw(range(len(names)), size, color=color, edgecolor="black", linewidth=0.5, label=group,
+             **({"left": low, "height": 0.7} if horizontal else {"bottom": low, "width": 0.6}))
+        low = [base + v for base, v in zip(low, size)]
+    lines = [(gpu_gb, f"one H100: {gpu_gb:.1f} GB", "--")] + ([(usable_gb, f"usable: {usable_gb:.1f}", ":")] if usable_gb else [])
+    if horizontal:
+        near = (min(x for x, _, _ in lines) - 12, max(x for x, _, _ in lines) + 5)   # a total here would touch a line
+        for y, name in enumerate(names):
+            x = near[1] if near[0] < totals[name] < near[1] else totals[name] + 3
+            ax.text(x, y, f"{totals[name]:,.0f} GB", va="center", fontsize=8)
+        for x, label, style in lines:
+            ax.axvline(x, color="black", linestyle=style, linewidth=1)
+            right = style == "--"
+            ax.text(x + (2 if right else -2), 1.01, label, transform=ax.get_xaxis_transform(), ha="left" if right else "right",
+                    va="bottom", fontsize=8)
+        ax.set_yticks(range(len(names)), names, fontsize=8)
+        ax.set_ylim(len(names) - 0.4, -0.6)
+        ax.set_xlabel("GB per GPU", fontsize=9)
+        ax.set_title(title, fontsize=10, pad=16)
+        ax.legend(fontsize=8, loc="lower right", frameon=False)
+    else:
+        for x, name in enumerate(names):
+            total = totals[name]
+            if top is not None and total > top:   # a cut bar: its four groups written inside it
+                text = [g.replace(", ", ",\n") + f":\n{v:,.0f} GB" for g, v in groups[name].items()]
+                ax.text(x, 0.62 * top, "\n".join(text), ha="center", va="center", color="white", fontsize=7)
+            crowded = gpu_gb - 15 < total < gpu_gb + 5     # a label just under the dashed line goes inside the bar
+            shown = total if top is None else min(total, top)
+            ax.text(x, total - 4 if crowded else shown + 4, f"{total:,.0f} GB" + (" (cut)" if shown < total else ""),
+                    ha="center", va="top" if crowded else "bottom", color="white" if crowded else "black", fontsize=8)
+        for y, label, style in lines:
+            ax.axhline(y, color="black", linestyle=style, linewidth=1)
+            ax.text(1.01, y, label.replace(": ", ":\n"), transform=ax.get_yaxis_transform(), va="center", fontsize=8)
+        ax.set_xticks(range(len(names)), [name.replace(" + ", "\n+ ") for name in names], fontsize=8)
+        ax.set(ylim=(0, (top or max(totals.values())) * 1.1), ylabel="GB per GPU")
+        ax.set_title(title, fontsize=10)
+        handles, labels = ax.get_legend_handles_labels()
+        ax.legend(handles[::-1], labels[::-1], fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 0.8), frameon=False)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,43 @@
+"""viz.fits: a layout's memory per GPU in four groups, against one GPU (notebooks 00 and 00b)."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+from tensorplay_edu import cluster, viz
+
+LLAMA, H100 = cluster.MODELS["llama3-70b"], cluster.GPUS["h100"]
+SETUPS = {"no TP": cluster.Setup(), "FSDP 64 + full AC": cluster.Setup(dp=64, fsdp=True, ac="full"),
+          "TP 8 + SP + FSDP 8 + loss_parallel": cluster.Setup(tp=8, sp=True, dp=8, fsdp=True, loss_parallel=True)}
+PLANS = {name: {part: n / 1e9 for part, n in cluster.memory(LLAMA, setup).items()} for name, setup in SETUPS.items()}
+GPU_GB = H100.hbm_bytes / 1e9
+
+
+def test_groups_sum_to_the_parts():
+    for parts in PLANS.values():
+        groups = viz.memory_groups(parts)
+        assert list(groups) == list(viz.MEMORY_GROUPS)
+        assert abs(sum(groups.values()) - sum(parts.values())) < 1e-9
+    assert round(viz.memory_groups(PLANS["no TP"])["training state"]) == 1129
+
+
+def test_vertical_cut_bar_writes_its_groups():
+    fig = viz.draw_memory_parts(PLANS, GPU_GB, "t", top=300)
+    ax = fig.axes[0]
+    assert len(ax.patches) == 4 * len(PLANS)
+    assert max(p.get_y() + p.get_height() for p in ax.patches) <= 300 + 1e-9          # cut at top
+    texts = [t.get_text() for t in ax.texts]
+    assert "1,544 GB (cut)" in texts and "58 GB" in texts and "72 GB" in texts
+    inside = next(t for t in texts if t.startswith("training state"))
+    assert "1,129 GB" in inside and "261 GB" in inside and "13 GB" in inside
+    matplotlib.pyplot.close(fig)
+
+
+def test_horizontal_lines_and_labels_clear_of_them():
+    plans = {name: parts for name, parts in PLANS.items() if name != "no TP"}
+    fig = viz.draw_memory_parts(plans, GPU_GB, "t", horizontal=True, usable_gb=0.95 * GPU_GB)
+    ax = fig.axes[0]
+    assert len(ax.patches) == 4 * len(plans) and len(ax.lines) == 2
+    totals = [t for t in ax.texts if t.get_text().endswith(" GB") and not t.get_text().startswith("one")]
+    assert all(t.get_position()[0] > GPU_GB or t.get_position()[0] < 0.95 * GPU_GB - 9 for t in totals)
+    assert any(t.get_text().startswith("usable") for t in ax.texts)
+    matplotlib.pyplot.close(fig)
