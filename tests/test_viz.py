@@ -399,18 +399,28 @@ def test_readme_pictures_are_drawn_from_the_code(tmp_path):
     assert all(f"](docs/{p.name})" in readme for p in made)
 
 
-def test_draw_checkpoint_reads_who_wrote_what_and_who_reads_what():
+def test_draw_checkpoint_who_wrote_what_what_each_keeps_and_reads():
     from tensorplay_edu.viz import draw_checkpoint, reads, wanted_chunks
+    from tensorplay_edu.viz.checkpoint import keeps
 
     saved = wanted_chunks([10, 4], 0, 4)  # TP 4 wrote rows 0-2, 3-5, 6-8, 9
-    loaded = wanted_chunks([10, 4], 0, 2)  # TP 2 reads rows 0-4, 5-9
+    loaded = wanted_chunks([10, 4], 0, 2)  # TP 2 holds rows 0-4, 5-9
     assert [c["sizes"][0] for c in saved] == [3, 3, 3, 1]
     assert [[s["rank"] for s in reads(c, saved)] for c in loaded] == [[0, 1], [1, 2, 3]]
+    # rank 0 keeps rows 3-4 of file 1 but reads its rows 3-5 whole (DCP's FileSystemReader)
+    assert [(k["offsets"][0], k["sizes"][0]) for k in keeps(loaded[0], saved)] == [(0, 3), (3, 2)]
+    assert [(r["offsets"][0], r["sizes"][0]) for r in reads(loaded[0], saved)] == [(0, 3), (3, 3)]
     fig = draw_checkpoint([10, 4], saved, loaded, name="output.weight")
-    left, right = fig.axes
+    left, *right = fig.axes
+    assert len(right) == 2  # one panel per rank of TP 2
     assert _texts(left) == ["rank 0 writes\nrows 0-2", "rank 1 writes\nrows 3-5", "rank 2 writes\nrows 6-8",
                             "rank 3 writes\nrow 9"]
-    assert _texts(right)[1] == "rank 1 reads\nrow 5 from rank 1's file\nrows 6-8 from rank 2's file\nrow 9 from rank 3's file"
+    assert _texts(right[1]) == ["rank 1 keeps\nrow 5 of rank 1's file\nrows 6-8 of rank 2's file\nrow 9 of rank 3's file"]
+    assert "reads" not in _texts(right[0])[0]
+    assert right[0].get_title() == "TP 2, rank 0: keeps 20 numbers,\nreads 24 (hatched: read, thrown away)"
+    assert right[1].get_title() == "TP 2, rank 1: keeps 20 numbers,\nreads 28 (hatched: read, thrown away)"
     assert [_hex(p) for p in left.patches] == [mcolors.to_hex(c) for c in RANK_COLORS[:4]]
-    assert sum(p.get_linestyle() == "--" for p in right.patches) == 4  # the saved chunks' borders
-    assert left.get_ylim() == (10, 0)
+    for ax in right:
+        assert sum(p.get_linestyle() == "--" for p in ax.patches) == 4  # the saved chunks' borders
+        assert sum(bool(p.get_hatch()) for p in ax.patches) == len(reads(loaded[right.index(ax)], saved))
+    assert left.get_ylim() == (10, 0) and right[0].get_ylim() == (10, 0)

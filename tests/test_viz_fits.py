@@ -41,3 +41,21 @@ def test_horizontal_lines_and_labels_clear_of_them():
     assert all(t.get_position()[0] > GPU_GB or t.get_position()[0] < 0.95 * GPU_GB - 9 for t in totals)
     assert any(t.get_text().startswith("usable") for t in ax.texts)
     matplotlib.pyplot.close(fig)
+
+
+def test_vertical_totals_clear_of_the_lines():
+    # A total just under the lines (72 GB, under 81.2 and 85.5) is written above them, never across one.
+    fig = viz.draw_memory_parts(PLANS, GPU_GB, "t", top=300, usable_gb=0.95 * GPU_GB)
+    ax = fig.axes[0]
+    label = next(t for t in ax.texts if t.get_text() == "72 GB")
+    assert label.get_position()[1] > GPU_GB and label.get_va() == "bottom" and label.get_color() == "black"
+    matplotlib.pyplot.close(fig)
+
+
+def test_vertical_line_labels_apart():
+    # The two lines' labels, 4 GB apart on a 300 GB axis: one above its line, the other below its own.
+    fig = viz.draw_memory_parts(PLANS, GPU_GB, "t", top=300, usable_gb=0.95 * GPU_GB)
+    ax = fig.axes[0]
+    one, usable = (next(t for t in ax.texts if t.get_text().startswith(p)) for p in ("one H100", "usable"))
+    assert (one.get_va(), usable.get_va()) == ("bottom", "top")
+    matplotlib.pyplot.close(fig)

@@ -16,12 +16,12 @@ def test_id_range_names_one_row_as_one_id():
     assert id_range(6, 0) == "no id"
 
 
-def test_each_rank_panel_fills_only_its_ids_and_the_last_panel_is_their_sum():
+def test_each_rank_panel_labels_only_its_rows_and_the_last_panel_is_their_sum():
     fig = draw_vocab_addends(IDS, STARTS, SIZES)
     assert len(fig.axes) == len(SIZES) + 1
     for r, ax in enumerate(fig.axes[:-1]):
         owned = (IDS >= STARTS[r]) & (IDS < STARTS[r] + SIZES[r])
-        want = [str(v) if o else "0" for v, o in zip(IDS.ravel(), owned.ravel())]
+        want = [f"W[{v}]" for v, o in zip(IDS.ravel(), owned.ravel()) if o]   # masked positions: no label
         assert [t.get_text() for t in ax.texts] == want
         picture = ax.images[0].get_array()
         for (i, j), o in np.ndenumerate(owned):
@@ -29,6 +29,6 @@ def test_each_rank_panel_fills_only_its_ids_and_the_last_panel_is_their_sum():
             assert colour == (RANK_COLORS[r].lower() if o else "#ffffff"), (r, i, j, colour)
         assert ax.get_ylabel().endswith(f"rank {r}: {id_range(STARTS[r], SIZES[r])}")
     total = fig.axes[-1]
-    assert [t.get_text() for t in total.texts] == [str(v) for v in IDS.ravel()]
+    assert [t.get_text() for t in total.texts] == [f"W[{v}]" for v in IDS.ravel()]
     assert total.get_ylabel().startswith("=") and "lookup" in total.get_ylabel()
     matplotlib.pyplot.close(fig)

@@ -1,9 +1,12 @@
 """Pictures of a sharded checkpoint (``torch.distributed.checkpoint``): which rank wrote which
-chunk of a parameter, and which saved chunks each rank of another layout reads back.
+chunk of a parameter, and, for each rank of another layout, what it keeps and what it reads.
 
 Everything drawn is read from the checkpoint's own metadata (the ``.metadata`` file DCP
 writes beside one ``__<rank>_0.distcp`` file per writing rank): the whole tensor's size,
-each chunk's offsets and sizes, and the file that holds it.
+each chunk's offsets and sizes, and the file that holds it. DCP's ``FileSystemReader`` reads
+every saved chunk a rank's piece overlaps **whole** and cuts the overlap out in memory
+(``read_data`` and ``narrow_tensor_by_index`` in ``torch/distributed/checkpoint/filesystem.py``):
+``keeps`` is the overlap, ``reads`` the whole chunks.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from matplotlib.patches import Rectangle
 from ..placement import chunk_offset, chunk_sizes
 from .style import RANK_COLORS
 
-__all__ = ["saved_chunks", "wanted_chunks", "reads", "draw_checkpoint"]
+__all__ = ["saved_chunks", "wanted_chunks", "keeps", "reads", "draw_checkpoint"]
 
 
 def saved_chunks(path: str, fqn: str) -> tuple[list[int], list[dict]]:
@@ -47,16 +50,31 @@ def wanted_chunks(shape, dim: int, world_size: int) -> list[dict]:
     return out
 
 
-def reads(wanted: dict, saved: list[dict]) -> list[dict]:
-    """The parts of the saved chunks that a wanted chunk covers: what DCP reads for it, and from
+def _overlap(wanted: dict, saved: dict) -> dict | None:
+    lo = [max(a, b) for a, b in zip(wanted["offsets"], saved["offsets"])]
+    hi = [min(a + n, b + m) for a, n, b, m in zip(wanted["offsets"], wanted["sizes"], saved["offsets"], saved["sizes"])]
+    if all(h > low for low, h in zip(lo, hi)):
+        return {"offsets": lo, "sizes": [h - low for low, h in zip(lo, hi)], "rank": saved["rank"]}
+    return None
+
+
+def keeps(wanted: dict, saved: list[dict]) -> list[dict]:
+    """The parts of the saved chunks that a wanted chunk covers: what its rank keeps, and from
     which rank's file."""
-    out = []
-    for c in saved:
-        lo = [max(a, b) for a, b in zip(wanted["offsets"], c["offsets"])]
-        hi = [min(a + n, b + m) for a, n, b, m in zip(wanted["offsets"], wanted["sizes"], c["offsets"], c["sizes"])]
-        if all(h > low for low, h in zip(lo, hi)):
-            out.append({"offsets": lo, "sizes": [h - low for low, h in zip(lo, hi)], "rank": c["rank"]})
-    return out
+    return [part for part in (_overlap(wanted, c) for c in saved) if part is not None]
+
+
+def reads(wanted: dict, saved: list[dict]) -> list[dict]:
+    """The saved chunks a wanted chunk overlaps, each whole: what DCP's ``FileSystemReader`` reads
+    for it (it cuts ``keeps`` out of them in memory)."""
+    return [c for c in saved if _overlap(wanted, c) is not None]
+
+
+def _numbers(chunk) -> int:
+    n = 1
+    for size in chunk["sizes"]:
+        n *= size
+    return n
 
 
 def _rect(chunk, shape):
@@ -71,33 +89,45 @@ def _rows(chunk) -> str:
 
 
 def draw_checkpoint(shape, saved: list[dict], loaded: list[dict], *, name: str = "", title=None):
-    """Left: the checkpoint, each chunk in the colour of the rank that wrote it.  Right: the same
-    tensor at another layout, each rank's chunk with the saved chunks it reads (dashed)."""
+    """Left: the checkpoint, each chunk in the colour of the rank that wrote it.  Then one panel per
+    rank of another layout: the part it keeps (filled), the rest of the saved chunks it reads whole
+    and throws away (hatched), the saved chunks' borders dashed."""
     shape = list(shape)
     rows, cols = shape[0], (shape[1] if len(shape) > 1 else 1)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
-    panels = ((axes[0], saved, f"saved by {len({c['rank'] for c in saved})} ranks: who wrote what"),
-              (axes[1], loaded, f"read back by {len(loaded)} ranks: what each reads"))
-    for ax, chunks, label in panels:
-        for c in (c for c in chunks if all(c["sizes"])):
+    fig, axes = plt.subplots(1, 1 + len(loaded), figsize=(4.2 + 3.2 * len(loaded), 4.4),
+                             gridspec_kw={"width_ratios": [1.3] + [1] * len(loaded)})
+    box = dict(boxstyle="round,pad=0.2", facecolor="white", alpha=0.95, edgecolor="none")
+    left = axes[0]
+    for c in (c for c in saved if all(c["sizes"])):
+        x, y, w, h = _rect(c, shape)
+        left.add_patch(Rectangle((x, y), w, h, facecolor=RANK_COLORS[c["rank"] % len(RANK_COLORS)], alpha=0.85,
+                                 edgecolor="black", linewidth=1.2))
+        left.text(x + w / 2, y + h / 2, f"rank {c['rank']} writes\n{_rows(c)}", ha="center", va="center",
+                  fontsize=8, zorder=5, bbox=box)
+    left.set_title(f"saved by {len({c['rank'] for c in saved})} ranks: who wrote what", fontsize=10)
+    for ax, c in zip(axes[1:], loaded):
+        colour = RANK_COLORS[c["rank"] % len(RANK_COLORS)]
+        read = reads(c, saved) if all(c["sizes"]) else []
+        for s in read:  # read whole, thrown away where it is not kept (hatched)
+            ax.add_patch(Rectangle(_rect(s, shape)[:2], *_rect(s, shape)[2:], facecolor="white", edgecolor=colour,
+                                   hatch="///", linewidth=0, zorder=1))
+        if all(c["sizes"]):
             x, y, w, h = _rect(c, shape)
-            ax.add_patch(Rectangle((x, y), w, h, facecolor=RANK_COLORS[c["rank"] % len(RANK_COLORS)], alpha=0.85,
-                                   edgecolor="black", linewidth=1.2))
-            if ax is axes[0]:
-                text = f"rank {c['rank']} writes\n{_rows(c)}"
-            else:
-                text = f"rank {c['rank']} reads\n" + "\n".join(f"{_rows(s)} from rank {s['rank']}'s file"
-                                                             for s in reads(c, saved))
-            ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8, zorder=5,
-                    bbox=dict(boxstyle="round,pad=0.2", facecolor="white", alpha=0.95, edgecolor="none"))
-        if ax is axes[1]:  # where the saved chunks end: DCP reads across these lines
-            for s in saved:
-                x, y, w, h = _rect(s, shape)
-                ax.add_patch(Rectangle((x, y), w, h, fill=False, edgecolor="black", linestyle="--", linewidth=0.8, zorder=2))
+            ax.add_patch(Rectangle((x, y), w, h, facecolor="white", linewidth=0, zorder=2))  # hides the hatch
+            ax.add_patch(Rectangle((x, y), w, h, facecolor=colour, alpha=0.85, edgecolor="black", linewidth=1.2,
+                                   zorder=3))
+            text = f"rank {c['rank']} keeps\n" + "\n".join(f"{_rows(k)} of rank {k['rank']}'s file"
+                                                          for k in keeps(c, saved))
+            ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8, zorder=5, bbox=box)
+        for s in saved:  # where the saved chunks end: DCP reads each one it needs whole
+            ax.add_patch(Rectangle(_rect(s, shape)[:2], *_rect(s, shape)[2:], fill=False, edgecolor="black",
+                                   linestyle="--", linewidth=0.8, zorder=4))
+        ax.set_title(f"TP {len(loaded)}, rank {c['rank']}: keeps {_numbers(c):,} numbers,\n"
+                     f"reads {sum(_numbers(s) for s in read):,} (hatched: read, thrown away)", fontsize=9)
+    for ax in axes:
         ax.set_xlim(0, cols)
         ax.set_ylim(rows, 0)  # row 0 at the top, as the tensor prints
         ax.set_aspect("auto")
-        ax.set_title(label, fontsize=10)
         ax.set_xlabel(f"columns (0-{cols - 1})", fontsize=8)
         ax.set_ylabel(f"rows (0-{rows - 1})", fontsize=8)
         ax.tick_params(labelsize=8)

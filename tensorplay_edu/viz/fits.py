@@ -25,7 +25,7 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
     """Stacked bars of memory per GPU, one per layout of ``plans`` ({name: {cluster.memory part: GB}}), in the four
     groups, with a dashed line at one GPU (``gpu_gb``) and, if given, a dotted one at what a plan may use
     (``usable_gb``). Vertical bars by default: a bar over ``top`` GB is cut there, its total marked "(cut)" and its
-    four groups written inside it. ``horizontal=True``: one row per layout, totals to the right, clear of the lines."""
+    four groups written inside it; a total that would cross a line is written above the lines, in black. ``horizontal=True``: one row per layout, totals to the right, clear of the lines."""
     names = list(plans)
     groups = {name: memory_groups(parts) for name, parts in plans.items()}
     totals = {name: sum(parts.values()) for name, parts in plans.items()}
@@ -60,13 +60,15 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
             if top is not None and total > top:   # a cut bar: its four groups written inside it
                 text = [g.replace(", ", ",\n") + f":\n{v:,.0f} GB" for g, v in groups[name].items()]
                 ax.text(x, 0.62 * top, "\n".join(text), ha="center", va="center", color="white", fontsize=7)
-            crowded = gpu_gb - 15 < total < gpu_gb + 5     # a label just under the dashed line goes inside the bar
             shown = total if top is None else min(total, top)
-            ax.text(x, total - 4 if crowded else shown + 4, f"{total:,.0f} GB" + (" (cut)" if shown < total else ""),
-                    ha="center", va="top" if crowded else "bottom", color="white" if crowded else "black", fontsize=8)
-        for y, label, style in lines:
+            highest = max(y for y, _, _ in lines)
+            crowded = min(y for y, _, _ in lines) - 15 < shown < highest + 5   # its label would cross a line: above them
+            ax.text(x, (highest if crowded else shown) + 4, f"{total:,.0f} GB" + (" (cut)" if shown < total else ""),
+                    ha="center", va="bottom", fontsize=8)
+        for y, label, style in lines:   # the highest line's label above it, the other's below: never on each other
             ax.axhline(y, color="black", linestyle=style, linewidth=1)
-            ax.text(1.01, y, label.replace(": ", ":\n"), transform=ax.get_yaxis_transform(), va="center", fontsize=8)
+            ax.text(1.01, y, label, transform=ax.get_yaxis_transform(), fontsize=8,
+                    va="bottom" if y == max(z for z, _, _ in lines) else "top")
         ax.set_xticks(range(len(names)), [name.replace(" + ", "\n+ ") for name in names], fontsize=8)
         ax.set(ylim=(0, (top or max(totals.values())) * 1.1), ylabel="GB per GPU")
         ax.set_title(title, fontsize=10)

@@ -24,9 +24,9 @@ def id_range(start: int, size: int) -> str:
 
 
 def draw_vocab_addends(ids, starts, sizes, title=None):
-    """One ``[b, s]`` panel per rank, stacked: the positions the rank fills in its colour with the id it looks
-    up, every other position a grey ``0`` (the mask); then their sum, the lookup, each position in its owner's
-    colour. Axes ``0 .. t-1`` are the ranks' addends, axis ``t`` the sum."""
+    """One ``[b, s]`` panel per rank, stacked: the positions the rank fills in its colour, labelled ``W[id]`` (the
+    row of the table it looks up), every other position blank (masked: the zero vector); then their sum, the
+    lookup, each position in its owner's colour. Axes ``0 .. t-1`` are the ranks' addends, axis ``t`` the sum."""
     ids = np.asarray(ids)
     t, (b, s) = len(sizes), ids.shape
     owns = [(ids >= o) & (ids < o + n) for o, n in zip(starts, sizes)]
@@ -38,8 +38,8 @@ def draw_vocab_addends(ids, starts, sizes, title=None):
             owner = next(r for r in range(t) if owns[r][i, j])
             filled = k == t or owns[k][i, j]
             picture[i, j] = to_rgba(RANK_COLORS[owner if k == t else k]) if filled else white
-            ax.text(j, i, str(v) if filled else "0", ha="center", va="center", fontsize=9,
-                    color="white" if filled else "#999999", weight="bold" if filled else "normal")
+            if filled:                                   # W[id]: the row looked up; a masked position stays blank
+                ax.text(j, i, f"W[{v}]", ha="center", va="center", fontsize=8, color="white", weight="bold")
         ax.imshow(picture)
         ax.set_xticks(np.arange(s + 1) - 0.5, minor=True)
         ax.set_yticks(np.arange(b + 1) - 0.5, minor=True)
@@ -50,7 +50,7 @@ def draw_vocab_addends(ids, starts, sizes, title=None):
         ax.set_ylabel(f"{sign}  {name}" if sign else name, rotation=0, ha="right", va="center", fontsize=9,
                       color=RANK_COLORS[k] if k < t else "black", weight="bold")
     axes[-1].set_xlabel(f"position s (0..{s - 1}); rows: batch b", fontsize=8)
-    axes[0].set_title(title or "each rank's addend [b, s, h]: the looked-up row where it holds the id (id shown), 0 elsewhere",
+    axes[0].set_title(title or "each rank's addend [b, s, h]: the row W[id] where it holds the id, blank (zeros) elsewhere",
                       fontsize=10)
     fig.tight_layout()
     return fig
