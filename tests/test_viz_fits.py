@@ -59,3 +59,15 @@ def test_vertical_line_labels_apart():
     one, usable = (next(t for t in ax.texts if t.get_text().startswith(p)) for p in ("one H100", "usable"))
     assert (one.get_va(), usable.get_va()) == ("bottom", "top")
     matplotlib.pyplot.close(fig)
+
+
+def test_no_fsdp_bar_is_not_labelled_with_fsdp():
+    # The cut 1-GPU bar (no FSDP) names its groups only; the legend says what each group may hold.
+    from tensorplay_edu.viz.fits import MEMORY_GROUP_LABELS
+    fig = viz.draw_memory_parts(PLANS, GPU_GB, "t", top=300)
+    ax = fig.axes[0]
+    inside = next(t.get_text() for t in ax.texts if t.get_text().startswith("training state"))
+    assert "FSDP" not in inside and "bf16 weights:\n141 GB" in inside and "+ backward:\n261 GB" in inside
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert sorted(legend) == sorted(MEMORY_GROUP_LABELS.values())
+    matplotlib.pyplot.close(fig)

@@ -1,18 +1,23 @@
 """What fits on one GPU: a training layout's memory per GPU in four groups, against the GPU (notebooks 00, 00b).
 
 The groups gather ``cluster.memory``'s parts: the **training state** (fp32 weights, gradients, AdamW's moments),
-the **bf16 weights** the matmuls read (with FSDP, the unit it gathers and its buffers), the **activations**
-(with one block's activation gradients during backward) and the **logits** at the loss's peak.
+the **bf16 weights** the matmuls read (``working``; with FSDP, the unit it gathers and its buffers), the
+**activations** (with ``backward``, one block's activation gradients during backward) and the **logits** at the
+loss's peak. The legend says what a group may hold (``MEMORY_GROUP_LABELS``); a cut bar's text names the group only,
+so a layout without FSDP is never labelled with FSDP's buffers.
 """
 
 import matplotlib.pyplot as plt
 
-__all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory_parts"]
+__all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "MEMORY_GROUP_LABELS", "memory_groups", "draw_memory_parts"]
 
-MEMORY_GROUPS = {"training state": ("weights", "gradients", "optimizer"), "bf16 weights, FSDP buffers": ("working",),
+MEMORY_GROUPS = {"training state": ("weights", "gradients", "optimizer"), "bf16 weights": ("working",),
                  "activations": ("activations", "backward"), "logits": ("logits",)}
-MEMORY_GROUP_COLORS = {"training state": "#4C72B0", "bf16 weights, FSDP buffers": "#8172B3",
-                       "activations": "#C44E52", "logits": "#DA8BC3"}
+MEMORY_GROUP_COLORS = {"training state": "#4C72B0", "bf16 weights": "#8172B3", "activations": "#C44E52",
+                       "logits": "#DA8BC3"}
+MEMORY_GROUP_LABELS = {"training state": "training state (weights, gradients, AdamW)",   # the legend's words
+                       "bf16 weights": "bf16 weights (with FSDP: + its buffers)",
+                       "activations": "activations (+ backward)", "logits": "logits"}
 
 
 def memory_groups(parts: dict) -> dict:
@@ -35,7 +40,7 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
         size = [groups[name][group] if top is None else min(groups[name][group], max(top - base, 0))
                 for name, base in zip(names, low)]
         draw = ax.barh if horizontal else ax.bar
-        draw(range(len(names)), size, color=color, edgecolor="black", linewidth=0.5, label=group,
+        draw(range(len(names)), size, color=color, edgecolor="black", linewidth=0.5, label=MEMORY_GROUP_LABELS[group],
              **({"left": low, "height": 0.7} if horizontal else {"bottom": low, "width": 0.6}))
         low = [base + v for base, v in zip(low, size)]
     lines = [(gpu_gb, f"one H100: {gpu_gb:.1f} GB", "--")] + ([(usable_gb, f"usable: {usable_gb:.1f}", ":")] if usable_gb else [])
@@ -58,7 +63,8 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
         for x, name in enumerate(names):
             total = totals[name]
             if top is not None and total > top:   # a cut bar: its four groups written inside it
-                text = [g.replace(", ", ",\n") + f":\n{v:,.0f} GB" for g, v in groups[name].items()]
+                text = [("activations\n+ backward" if g == "activations" else g) + f":\n{v:,.0f} GB"
+                        for g, v in groups[name].items()]
                 ax.text(x, 0.62 * top, "\n".join(text), ha="center", va="center", color="white", fontsize=7)
             shown = total if top is None else min(total, top)
             highest = max(y for y, _, _ in lines)

@@ -1,4 +1,4 @@
-"""The sequence-parallel sandwich of ``PrepareModuleInputOutput`` (notebook 03, 5c): the input's ``g``
+"""The sequence-parallel sandwich of ``PrepareModuleInputOutput`` (notebook 03, section 6c): the input's ``g``
 (all-gather forward, reduce-scatter backward), the module, the output's ``ḡ`` (reduce-scatter forward,
 all-gather backward), on one rank, with each tensor's layout and local shape.
 
@@ -17,7 +17,7 @@ __all__ = ["draw_prepare_sandwich", "sandwich_steps"]
 _STEP_W, _BOX_W = 1.9, 1.6
 
 
-def sandwich_steps(b: int, s: int, h: int, out: int, t: int, module: str = "SliceLinear"):
+def sandwich_steps(b: int, s: int, h: int, out: int, t: int, module: str = "GatheredSliceLinear"):
     """The seven boxes, left to right: ``(name, text, face colour, edge colour)``. Tensors are white boxes with
     their layout and local shape; the two conversions are red boxes saying what they do each way."""
     comm_face = "#FBE3E3"
@@ -30,9 +30,11 @@ def sandwich_steps(b: int, s: int, h: int, out: int, t: int, module: str = "Slic
             ("y", f"Shard(1)\n[b, s/t, out] = [{b}, {s // t}, {out}]", "white", "black")]
 
 
-def draw_prepare_sandwich(b: int, s: int, h: int, out: int, t: int, module: str = "SliceLinear"):
+def draw_prepare_sandwich(b: int, s: int, h: int, out: int, t: int, module: str = "GatheredSliceLinear",
+                          label: str = "The"):
     """The sandwich on rank 0: the boxes of ``sandwich_steps`` joined by arrows, forward left to right above
-    them, backward right to left below them (in the collective colour)."""
+    them, backward right to left below them (in the collective colour). ``label`` starts the title (e.g. a
+    section's name, "6c's"), so no section number is fixed here."""
     steps = sandwich_steps(b, s, h, out, t, module)
     width = len(steps) * _STEP_W
     fig, ax = plt.subplots(figsize=(13, 3.3))
@@ -41,7 +43,8 @@ def draw_prepare_sandwich(b: int, s: int, h: int, out: int, t: int, module: str 
         left = k * _STEP_W
         ax.add_patch(FancyBboxPatch((left, -0.55), _BOX_W, 1.1, boxstyle="round,pad=0.03", facecolor=face,
                                     edgecolor=edge))
-        ax.text(left + _BOX_W / 2, 0.3, barred(name), ha="center", fontsize=10, weight="bold", color=edge)
+        ax.text(left + _BOX_W / 2, 0.3, barred(name), ha="center", fontsize=10 if len(name) < 15 else 8.5, weight="bold",
+                color=edge)                                  # a long class name: smaller, inside its box
         ax.text(left + _BOX_W / 2, -0.1, text, ha="center", va="center", fontsize=7.5)
         if k:
             ax.add_patch(FancyArrowPatch((left - 0.28, 0), (left + 0.02, 0), arrowstyle="->", mutation_scale=12))
@@ -52,6 +55,6 @@ def draw_prepare_sandwich(b: int, s: int, h: int, out: int, t: int, module: str 
     ax.add_patch(FancyArrowPatch((right, -0.95), (0.2, -0.95), arrowstyle="->", mutation_scale=14, color=COMM_COLOR))
     ax.text(width / 2 - 0.05, -1.3, "backward, in reverse: all-gather the output gradient; the input gradient, an "
             "addend as declared, reduce-scattered", ha="center", fontsize=9, color=COMM_COLOR)
-    ax.set_title(barred(f"5c's sandwich on rank 0 of t = {t}: g in front of the module, g\u0304 after it"), fontsize=10)
+    ax.set_title(barred(f"{label} sandwich on rank 0 of t = {t}: g in front of the module, g\u0304 after it"), fontsize=10)
     fig.tight_layout()
     return fig
