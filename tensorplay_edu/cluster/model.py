@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["GPU", "GPUS", "Model", "MODELS", "Setup", "FLOAT8_RECIPES", "AC_MODES", "NCCL_BASE_LATENCY",
-           "ring_steps", "bytes_sent", "whole_buffer", "ring_terms", "collective_time"]
+           "ring_steps", "node_busbw", "bytes_sent", "whole_buffer", "ring_terms", "collective_time"]
 
 
 @dataclass(frozen=True)
@@ -202,6 +202,14 @@ def whole_buffer(op: str, sent: float, world: int) -> float:
     return sent * world / ring_steps(op, world)
 
 
+def node_busbw(world: int, nodes: int, gpu: GPU, caller: str) -> float:
+    """The busBw with which ``world`` ranks spread evenly over ``nodes`` nodes leave a node: their t/n NICs (NCCL
+    runs one ring per NIC), at most NVLink's."""
+    if world % nodes:
+        raise ValueError(f"{caller}: {world} ranks do not spread evenly over {nodes} nodes")
+    return min(world // nodes * gpu.ib_busbw, gpu.nvlink_busbw)
+
+
 def ring_terms(op: str, nbytes: float, world: int, gpu: GPU, link: str = "nvlink",
                nodes: int | None = None) -> tuple[float, float]:
     """(bandwidth seconds, latency seconds) of one collective over ``world`` ranks of a buffer of
@@ -224,11 +232,9 @@ def ring_terms(op: str, nbytes: float, world: int, gpu: GPU, link: str = "nvlink
         bw = gpu.nvls_busbw if op == "all_reduce" else gpu.nvlink_busbw
         return steps * nbytes / world / bw, NCCL_BASE_LATENCY + steps * gpu.nvlink_alpha
     nodes = world if nodes is None else nodes
-    if world % nodes:
-        raise ValueError(f"ring_terms: {world} ranks do not spread evenly over {nodes} nodes")
     crossing = (steps // (world - 1)) * (nodes - 1)
     other = max(gpu.nvlink_alpha, 3 * gpu.net_overhead)
-    bw = min(world // nodes * gpu.ib_busbw, gpu.nvlink_busbw)
+    bw = node_busbw(world, nodes, gpu, "ring_terms")
     return (steps * nbytes / world / bw,
             NCCL_BASE_LATENCY + crossing * gpu.ib_alpha + (steps - crossing) * other)
 

@@ -43,7 +43,7 @@ functions of ``cluster`` are left as they are: their Simple figures are an upper
 latency, and within a few percent in LL128's band.
 """
 
-from .model import GPU, NCCL_BASE_LATENCY, ring_steps, ring_terms
+from .model import GPU, NCCL_BASE_LATENCY, node_busbw, ring_steps, ring_terms
 
 __all__ = ["NCCL_LL", "NCCL_LL128", "PROTOCOLS", "protocol_terms", "cheapest_protocol", "ll128_band",
            "tree_all_reduce_terms"]
@@ -107,9 +107,6 @@ def tree_all_reduce_terms(nbytes: float, world: int, gpu: GPU, nodes: int) -> tu
         return 0.0, 0.0
     if nodes <= 1:
         return ring_terms("all_reduce", nbytes, world, gpu, "nvlink")
-    if world % nodes:
-        raise ValueError(f"tree_all_reduce_terms: {world} ranks do not spread evenly over {nodes} nodes")
-    per_node = world // nodes
-    bw = min(per_node * gpu.ib_busbw, gpu.nvlink_busbw)
+    bw, per_node = node_busbw(world, nodes, gpu, "tree_all_reduce_terms"), world // nodes
     latency = NCCL_BASE_LATENCY + 2 * ((per_node - 1) * gpu.nvlink_alpha + (nodes.bit_length() - 1) * gpu.ib_alpha)
     return 2 * (nodes - 1) / nodes * nbytes / bw, latency
