@@ -99,9 +99,9 @@ def all_gather(x: torch.Tensor, dim: int, sizes: list[int], group) -> torch.Tens
     even = c * t == sum(sizes)
     # [t*before, c, after]; when before == 1 and no padding that is already the result's memory layout
     out = block.new_empty(full_shape if even and before == 1 else (t * before, c, after))
-    debug.watch("all_gather", group, block, out, detail=f"chunks {sizes}", shape=x.shape)
+    issued = debug.watch("all_gather", group, block, out, detail=f"chunks {sizes}", shape=x.shape)
     _all_gather_flat(_wire(out.view(t * before, c, after)), _wire(block.contiguous()), group=group)
-    debug.record("all_gather", full_shape, x.dtype, t, (t - 1) * before * c * after * x.element_size(), group)
+    debug.record("all_gather", full_shape, x.dtype, t, (t - 1) * before * c * after * x.element_size(), group, issued)
     if even and before == 1:
         return out
     out = out.view(t, before, c, after)
@@ -127,9 +127,9 @@ def reduce_scatter(x: torch.Tensor, dim: int, sizes: list[int], rank: int, op, g
         blocks = torch.cat([blocks, blocks.new_zeros(before, t * c - rows, after)], dim=1)
     send = blocks.view(before, t, c, after).transpose(0, 1).contiguous()  # [t, before, c, after]
     out = send.new_empty((before, c, after))  # [before, c, after]
-    debug.watch("reduce_scatter", group, send, out, reduce=op, detail=f"chunks {sizes}", shape=x.shape)
+    issued = debug.watch("reduce_scatter", group, send, out, reduce=op, detail=f"chunks {sizes}", shape=x.shape)
     _reduce_scatter_flat(out.view(before * c, after), send.view(t * before * c, after), op=op, group=group)
-    debug.record("reduce_scatter", x.shape, x.dtype, t, (t - 1) * before * c * after * x.element_size(), group)
+    debug.record("reduce_scatter", x.shape, x.dtype, t, (t - 1) * before * c * after * x.element_size(), group, issued)
     local_shape = list(x.shape)
     local_shape[dim] = sizes[rank]
     return out[:, : sizes[rank]].reshape(local_shape)
@@ -143,9 +143,9 @@ def all_reduce(x: torch.Tensor, op, group) -> torch.Tensor:
     if t == 1 or x.numel() == 0:
         return x
     out = x.contiguous().clone()
-    debug.watch("all_reduce", group, out, reduce=op)
+    issued = debug.watch("all_reduce", group, out, reduce=op)
     dist.all_reduce(out, op=op, group=group)
-    debug.record("all_reduce", x.shape, x.dtype, t, 2 * (t - 1) * -(-x.numel() // t) * x.element_size(), group)
+    debug.record("all_reduce", x.shape, x.dtype, t, 2 * (t - 1) * -(-x.numel() // t) * x.element_size(), group, issued)
     return out
 
 
@@ -168,11 +168,11 @@ def all_to_all(x: torch.Tensor, src_dim: int, dst_dim: int, src_sizes: list[int]
     padded = _pad_rows(padded.movedim(dst_dim, 0), t * cd).movedim(0, dst_dim)
     send = torch.stack(padded.split(cd, dim=dst_dim)).contiguous()  # [t, ..cs.., ..cd..]
     recv = torch.empty_like(send)
-    debug.watch("all_to_all", group, send, recv, detail=f"chunks {src_sizes} -> {dst_sizes}", shape=x.shape)
+    issued = debug.watch("all_to_all", group, send, recv, detail=f"chunks {src_sizes} -> {dst_sizes}", shape=x.shape)
     dist.all_to_all_single(recv, send, group=group)
     pieces = [recv[i].narrow(src_dim, 0, src_sizes[i]) for i in range(t)]
     out = torch.cat(pieces, dim=src_dim).narrow(dst_dim, 0, dst_sizes[rank]).contiguous()
-    debug.record("all_to_all", x.shape, x.dtype, t, (t - 1) * send[0].numel() * send.element_size(), group)
+    debug.record("all_to_all", x.shape, x.dtype, t, (t - 1) * send[0].numel() * send.element_size(), group, issued)
     return out
 
 
@@ -209,9 +209,9 @@ def broadcast(x: torch.Tensor, src: int, group) -> torch.Tensor:
     if t == 1 or x.numel() == 0:
         return x
     out = x.contiguous().clone()
-    debug.watch("broadcast", group, out, detail=f"src {src}")
+    issued = debug.watch("broadcast", group, out, detail=f"src {src}")
     dist.broadcast(out, src=dist.get_global_rank(group, src) if group is not None else src, group=group)
-    debug.record("broadcast", x.shape, x.dtype, t, out.numel() * out.element_size(), group)
+    debug.record("broadcast", x.shape, x.dtype, t, out.numel() * out.element_size(), group, issued)
     return out
 
 
@@ -233,9 +233,9 @@ def scatter(full: torch.Tensor | None, like: torch.Tensor, dim: int, sizes: list
     if rank == src:
         front = _pad_rows(full.movedim(dim, 0), t * c)
         chunks = [piece.contiguous() for piece in front.split(c)]
-    debug.watch("scatter", group, out, chunks, detail=f"src {src} chunks {sizes}", shape=like.shape)
+    issued = debug.watch("scatter", group, out, chunks, detail=f"src {src} chunks {sizes}", shape=like.shape)
     dist.scatter(out, chunks, src=dist.get_global_rank(group, src), group=group)
-    debug.record("scatter", like.shape, like.dtype, t, (t - 1) * out.numel() * out.element_size(), group)
+    debug.record("scatter", like.shape, like.dtype, t, (t - 1) * out.numel() * out.element_size(), group, issued)
     return out[: sizes[rank]].movedim(0, dim).contiguous()
 
 

@@ -7,8 +7,9 @@
 
 Each :class:`CommRecord` holds the op, the phase (``forward`` or ``backward``: a
 collective issued inside an autograd backward), the logical payload shape and dtype,
-the group size ``t`` and its global ranks, the module path it was issued under, and the
-bytes each rank sends, counted as a bandwidth-optimal ring / chain would move them:
+the group size ``t`` and its global ranks, the module path it was issued under, when this
+rank issued it and when it returned (``time.perf_counter``), and the bytes each rank sends,
+counted as a bandwidth-optimal ring / chain would move them:
 
 =================  ==========================================================
 op                 bytes each rank sends (F = padded full tensor, c = F / t)
@@ -35,8 +36,9 @@ joins while it is active and sees the DDP buckets of :func:`ddp_comm_hook` too.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
@@ -60,6 +62,10 @@ class CommRecord:
     bytes: int
     module: str  # "" when issued outside any parallelized module
     ranks: tuple[int, ...] = ()  # the group's global ranks (mesh["tp"] of rank 2 in a (2, 2) mesh: (2, 3))
+    # time.perf_counter() when this rank issued it and when it returned (one clock for all processes of a
+    # machine; on CUDA the return is the enqueue, not the end). Not part of a record's identity.
+    issued: float | None = field(default=None, compare=False)
+    returned: float | None = field(default=None, compare=False)
 
 
 class module_scope:  # noqa: N801 (used as a function: ``with module_scope(path):``)
@@ -92,21 +98,24 @@ class backward_scope(module_scope):  # noqa: N801
         _PHASE.pop()
 
 
-def watch(op: str, group, x, out=None, **facts) -> None:
+def watch(op: str, group, x, out=None, **facts) -> float:
     """Called by :mod:`tensorplay_edu.collectives` just before it issues a collective: ``x`` / ``out``
     as they go on the wire; ``facts``: ``reduce`` (the op), ``detail`` (chunk sizes, source rank),
-    ``recv`` (a ring's incoming shape), ``shape`` (this rank's tensor as the caller sees it)."""
+    ``recv`` (a ring's incoming shape), ``shape`` (this rank's tensor as the caller sees it).
+    Returns the moment it is issued, which the collective hands back to :func:`record`."""
     for watcher in WATCHERS:
         watcher(op, group, x, out, **facts)
+    return time.perf_counter()
 
 
-def record(op: str, shape, dtype, group_size: int, nbytes: int, group=None) -> None:
-    """Called by :mod:`tensorplay_edu.collectives` for every collective it issues."""
+def record(op: str, shape, dtype, group_size: int, nbytes: int, group=None, issued: float | None = None) -> None:
+    """Called by :mod:`tensorplay_edu.collectives` for every collective it issues, once it returns."""
     if not _ACTIVE:
         return
+    returned = time.perf_counter()
     ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else ()
     rec = CommRecord(op, _PHASE[-1], tuple(shape), str(dtype).replace("torch.", ""), group_size, int(nbytes),
-                     current_module(), ranks)
+                     current_module(), ranks, issued, returned)
     for mode in _ACTIVE:
         mode.records.append(rec)
 

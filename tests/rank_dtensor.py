@@ -129,3 +129,14 @@ def dtensor_api() -> tuple[list[str], int]:
           and torch.equal(w.grad.full_tensor(), torch.full((4, 3), float(t * (t + 1) // 2))))
     return check.result()
 
+
+
+def clocked_all_reduce() -> list[tuple[str, float, float]]:
+    """One Partial -> Replicate under CommDebugMode: (op, issued, returned) of each record."""
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    if dist.get_rank() == 0:  # rank 0 comes late: the others wait inside the all-reduce
+        import time
+        time.sleep(0.05)
+    with CommDebugMode() as comm:
+        DTensor.from_local(torch.ones(4, 2), mesh, [Partial()]).redistribute(placements=[Replicate()])
+    return [(r.op, r.issued, r.returned) for r in comm.records]

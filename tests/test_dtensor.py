@@ -18,6 +18,15 @@ def test_dtensor_api_against_single_process(world_size):
     assert all(n == 104 for _, n in results)  # exactly: no check skipped, none added unnoticed
 
 
+def test_comm_records_carry_when_each_rank_issued_and_left_the_collective():
+    """No rank leaves an all-reduce before the last one has entered it: the clock in CommRecord sees the
+    late rank's delay as the others' waiting (07b splits a step's collectives this way). No duration is
+    asserted: only the order that a blocking collective guarantees on one machine's clock."""
+    (a,), (b,) = launch(rank_dtensor.clocked_all_reduce, 2)
+    assert a[0] == b[0] == "all_reduce"
+    assert a[1] <= a[2] and b[1] <= b[2] and max(a[1], b[1]) <= min(a[2], b[2]), (a, b)
+
+
 @pytest.mark.parametrize("n,t", [(10, 4), (7, 4), (2, 4), (0, 3), (12, 3), (5, 1), (1, 2)])
 def test_chunk_sizes_follow_torch_chunk(n, t):
     pieces = torch.chunk(torch.arange(n), t) if n else ()

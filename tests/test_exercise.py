@@ -143,3 +143,14 @@ def test_try_it_grades_an_answer_that_is_code(capsys):
     assert "is not right" in capsys.readouterr().out
     assert try_plan({"plan": lambda t: 2 * t}) is True
     assert capsys.readouterr().out == "a plan: right\n"
+
+
+def test_mismatches_lists_every_difference_and_is_empty_when_all_match():
+    from tensorplay_edu.lab.exercise import mismatches
+    per_rank = [{"y": torch.ones(2), "n": 1}, {"y": torch.ones(2) + 1e-3, "n": 3}]
+    assert mismatches(per_rank, lambda r: {"y": torch.ones(2)}, atol=1e-2) == []
+    lines = mismatches(per_rank, lambda r: {"y": torch.ones(2), "n": r + 1})
+    assert [line.split(":")[0] for line in lines] == ["rank 1, y", "rank 1, n"], lines
+    assert "Mismatched elements: 2 / 2" in lines[0] and lines[1].endswith("3, expected 2"), lines
+    assert mismatches([[torch.ones(3)]], lambda r: [torch.ones(2)])[0].startswith("rank 0[0]: ")  # shape
+    assert mismatches([{"y": 1}], lambda r: {"y": torch.ones(1)})[0].startswith("rank 0, y: ")    # no tensor

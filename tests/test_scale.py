@@ -90,8 +90,13 @@ def test_memory_conventions():
     assert tp8["logits"] == LOGIT_PEAK_BYTES[2]["gathered"] * 8192 * M70.vocab == 12 * 8192 * M70.vocab
     assert memory(M70, Setup(tp=8, loss_parallel=True))["logits"] == 10 * 8192 * M70.vocab / 8
     assert memory(M70, Setup(tp=8, loss_parallel=True, dtype_bytes=4))["logits"] == 8 * 8192 * M70.vocab / 8
-    # PyTorch's own loss_parallel is listed beside ours (16 bytes, notebook 05); memory() keeps counting ours
+    # PyTorch's own loss_parallel (16 bytes, notebook 05) when the Setup says so; ours by default
     assert all(LOGIT_PEAK_BYTES[p]["pytorch_loss_parallel"] == 16 for p in (2, 4))
+    pt = memory(M70, Setup(tp=8, loss_parallel=True, loss="pytorch"))
+    assert pt["logits"] == 16 * 8192 * M70.vocab / 8 and pt["weights"] == tp8["weights"]
+    assert memory(M70, Setup(tp=8, loss="pytorch"))["logits"] == tp8["logits"]  # no loss_parallel: gathered
+    with pytest.raises(ValueError, match="loss"):
+        Setup(loss="torchtitan")
     assert LOGIT_PEAK_BYTES[2]["loss_parallel"] == 10 and LOGIT_PEAK_BYTES[4]["loss_parallel"] == 8
     # full AC keeps each block's input (/t under SP) and one block's activations while it is recomputed
     full = memory(M70, Setup(tp=8, sp=True, ac="full"))["activations"]

@@ -56,7 +56,7 @@ def llama_activations(model: Model, setup: Setup) -> dict[str, float]:
 # and two temporaries in backward, its gradient coming in and going out (8); loss_parallel, the bf16
 # logits, their float32 copy and one softmax buffer that becomes the gradient. float32 logits: 12 and 8.
 # "pytorch_loss_parallel": PyTorch 2.13's own loss_parallel, eager, as notebook 05 measures it (its saved
-# log-softmax and three temporaries in backward: 16 for either dtype); memory() counts this package's.
+# log-softmax and three temporaries in backward: 16 for either dtype), counted for Setup(loss="pytorch").
 LOGIT_PEAK_BYTES = {2: {"gathered": 12, "loss_parallel": 10, "pytorch_loss_parallel": 16},
                     4: {"gathered": 12, "loss_parallel": 8, "pytorch_loss_parallel": 16}}
 
@@ -97,7 +97,7 @@ def memory(model: Model, setup: Setup) -> dict[str, float]:
       the gathered block inputs are saved in float8 (torchao's float8 TP styles cast before the gather).
     * ``backward``: one block's activation gradients in flight (as large as its activations).
     * ``logits``: the loss's peak, ``LOGIT_PEAK_BYTES`` per logit of b·s·V: whole on every rank, or a
-      V/t slice each with ``loss_parallel``.
+      V/t slice each with ``loss_parallel`` (this package's, or PyTorch's with ``Setup(loss="pytorch")``).
 
     Left out: Megatron's layout (bf16 parameters with fp32 main gradients: 18 bytes per parameter), the
     unsharded float8 weights torchao keeps for backward unless ``force_recompute_fp8_weight_in_bwd``, the
@@ -126,7 +126,8 @@ def memory(model: Model, setup: Setup) -> dict[str, float]:
     else:
         working = p * p_gpu
     per_logit = LOGIT_PEAK_BYTES[4 if p == 4 else 2]
-    path = "loss_parallel" if setup.loss_parallel else "gathered"
+    path = ("pytorch_loss_parallel" if setup.loss == "pytorch" else "loss_parallel") if setup.loss_parallel \
+        else "gathered"
     logits = per_logit[path] * setup.batch * setup.seq * model.vocab / (t if setup.loss_parallel else 1)
     return {"weights": 4 * p_gpu / d, "gradients": 4 * p_gpu / d, "optimizer": 8 * p_gpu / d,
             "working": working, "activations": act, "backward": layer, "logits": logits}

@@ -123,6 +123,7 @@ FLOAT8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 # Activation checkpointing as torchtitan's apply_ac offers it, per block: none, selective (per-op SAC:
 # keep every other matmul's output and attention's), full (keep the block's input, recompute the rest).
 AC_MODES = ("none", "selective", "full")
+LOSS_IMPLS = ("tensorplay_edu", "pytorch")  # whose loss_parallel a run uses: its peak per logit differs
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,8 @@ class Setup:
     blocks' weights in float8 (torchao's ``enable_fsdp_float8_all_gather``, tensorwise only, off by
     default). ``ac``: one of ``AC_MODES``. ``reduce_fp32``: gradients reduced in float32 (torchtitan's
     default ``mixed_precision_reduce``). ``dtype_bytes``: the compute dtype (bf16: 2). ``activations``:
-    ``"llama"`` counts what this package's Llama saves, ``"korthikanti"`` the paper's GPT layer."""
+    ``"llama"`` counts what this package's Llama saves, ``"korthikanti"`` the paper's GPT layer.
+    ``loss``: whose ``loss_parallel`` (one of ``LOSS_IMPLS``): this package's, or PyTorch's own (eager)."""
     tp: int = 1
     sp: bool = False
     loss_parallel: bool = False
@@ -151,6 +153,7 @@ class Setup:
     ac: str = "none"
     reduce_fp32: bool = True
     activations: str = "llama"
+    loss: str = "tensorplay_edu"
 
     def __post_init__(self):
         if self.float8 is True:
@@ -162,6 +165,8 @@ class Setup:
         if self.fsdp_float8_gather and self.float8 != "tensorwise":
             raise ValueError("Setup(fsdp_float8_gather=True) needs float8='tensorwise': torchao gathers float8 "
                              f"weights only with tensorwise scales (got float8={self.float8!r})")
+        if self.loss not in LOSS_IMPLS:
+            raise ValueError(f"Setup(loss=...) must be one of {LOSS_IMPLS}, got {self.loss!r}")
         if self.ac not in AC_MODES:
             raise ValueError(f"Setup(ac=...) must be one of {AC_MODES}, got {self.ac!r}")
         for name in ("tp", "dp", "batch", "micro_batches", "seq"):

@@ -99,7 +99,8 @@ def tree_all_reduce_terms(nbytes: float, world: int, gpu: GPU, nodes: int) -> tu
     """(bandwidth seconds, latency seconds) of one all-reduce of a ``nbytes`` buffer over ``world`` ranks spread
     evenly over ``nodes`` nodes, run as NCCL's tree: summed inside each node over NVLink, then a double binary
     tree across the nodes. Latency: ``NCCL_BASE_LATENCY + 2·((world/nodes - 1)·nvlink_alpha +
-    floor(log2(nodes))·ib_alpha)``, tuning.cc's tree form with the ring's per-step figures. Bandwidth: the
+    floor(log2(nodes))·ib_alpha)``, tuning.cc's tree form with the ring's per-step figures (tuning.cc raises an
+    intra-node step to 3·netOverhead on rings only, so a tree's stays at ``nvlink_alpha``). Bandwidth: the
     ``2(nodes-1)/nodes`` buffers that leave a node on average, through its ``world/nodes`` NICs (their busBw, at
     most NVLink's), as :func:`ring_terms` gives a node's rings. One node: the ring's price (NVLS), as
     :func:`ring_terms`."""

@@ -20,7 +20,7 @@ import numbers
 
 import torch
 
-__all__ = ["TryIt", "check", "untried", "check_against_one_process"]
+__all__ = ["TryIt", "check", "untried", "mismatches", "check_against_one_process"]
 
 
 def untried(answer) -> bool:
@@ -175,27 +175,41 @@ class TryIt:
         return f"TryIt({self.name!r})"
 
 
-def check_against_one_process(per_rank, expected) -> None:
-    """Assert that rank r's result (``per_rank[r]``, as ``launch`` returns them) equals ``expected(r)``,
-    computed in this one process: tensors with ``torch.testing.assert_close``, lists item by item,
-    dicts key by key (of a rank's result dict, only the keys ``expected`` names). The message names
-    the rank and the place of the first difference. Unlike :func:`check`, this one raises: it is
-    the notebooks' proof, not a learner's guess."""
+def mismatches(per_rank, expected, *, rtol: float | None = None, atol: float | None = None) -> list[str]:
+    """Where rank r's result (``per_rank[r]``, as ``launch`` returns them) differs from ``expected(r)``,
+    computed in this one process: one line per difference, ``[]`` when every rank matches. Tensors
+    compare with ``torch.testing.assert_close`` (its dtype-based tolerances unless ``rtol`` / ``atol``
+    are given), lists item by item, dicts key by key (of a rank's result dict, only the keys
+    ``expected`` names). An experiment reports the list; :func:`check_against_one_process` asserts it."""
+    tol = {} if rtol is None and atol is None else {"rtol": rtol or 0.0, "atol": atol or 0.0}
 
-    def same(got, want, where):
+    def diff(got, want, where):
         if isinstance(want, dict):
-            assert set(got) == set(want), f"{where}: keys {sorted(map(str, got))}, expected {sorted(map(str, want))}"
-            for key in want:
-                same(got[key], want[key], f"{where}, {key}")
-        elif isinstance(want, (list, tuple)):
-            assert len(got) == len(want), f"{where}: {len(got)} items, expected {len(want)}"
-            for i, (g, w) in enumerate(zip(got, want)):
-                same(g, w, f"{where}[{i}]")
-        elif isinstance(want, torch.Tensor):
-            torch.testing.assert_close(got, want, msg=lambda m: f"{where}: {m}")
-        else:
-            assert got == want, f"{where}: {got!r}, expected {want!r}"
+            if set(got) != set(want):
+                return [f"{where}: keys {sorted(map(str, got))}, expected {sorted(map(str, want))}"]
+            return [line for key in want for line in diff(got[key], want[key], f"{where}, {key}")]
+        if isinstance(want, (list, tuple)):
+            if len(got) != len(want):
+                return [f"{where}: {len(got)} items, expected {len(want)}"]
+            return [line for i, (g, w) in enumerate(zip(got, want)) for line in diff(g, w, f"{where}[{i}]")]
+        if isinstance(want, torch.Tensor):
+            try:
+                torch.testing.assert_close(got, want, **tol)
+            except (AssertionError, TypeError) as e:  # TypeError: got is no tensor
+                return [f"{where}: " + "; ".join(line for line in str(e).splitlines() if line.strip())]
+            return []
+        return [] if got == want else [f"{where}: {got!r}, expected {want!r}"]
 
+    lines = []
     for r, got in enumerate(per_rank):
         want = expected(r)
-        same({key: got[key] for key in want} if isinstance(want, dict) else got, want, f"rank {r}")
+        lines += diff({key: got[key] for key in want} if isinstance(want, dict) else got, want, f"rank {r}")
+    return lines
+
+
+def check_against_one_process(per_rank, expected, **tolerance) -> None:
+    """Assert that every rank's result equals one process's ``expected(r)`` (see :func:`mismatches`);
+    the message names the rank and the place of each difference. Unlike :func:`check`, this one
+    raises: it is the notebooks' proof, not a learner's guess."""
+    lines = mismatches(per_rank, expected, **tolerance)
+    assert not lines, "\n".join(lines)
