@@ -217,3 +217,22 @@ def test_the_float8_recipes_tried_are_a_choice():
         assert [r["setup"] for r in feasible] == [r["setup"] for r in everything if r["setup"].float8 in allowed]
     with pytest.raises(ValueError, match="rowwise_with_gw_hp"):
         plan("llama3-8b", 8, "h100", global_batch=16, float8=("bf8",))
+
+
+def test_the_cli_narrows_float8_and_prices_pytorchs_loss(capsys):
+    """``--float8 none`` is ``float8=()``; ``--loss pytorch`` prices PyTorch's loss_parallel peak (16 bytes a logit
+    against this package's 10, bf16): the logits part of every loss_parallel layout grows by 16 / 10, no other part."""
+    def layouts(*args):
+        main(["--model", "llama3-8b", "--gpus", "8", "--global-batch", "16", "--json", *args])
+        return json.loads(capsys.readouterr().out)["layouts"]
+    ours, bf16, pytorch = layouts(), layouts("--float8", "none"), layouts("--loss", "pytorch")
+    assert {r["float8"] for r in ours} > {None} == {r["float8"] for r in bf16}
+    key = lambda r: tuple(r[k] for k in ("tp", "sp", "loss_parallel", "float8", "async_tp", "fsdp", "ac"))  # noqa: E731
+    same = {key(r): r for r in ours}
+    pairs = [(same[key(r)], r) for r in pytorch if key(r) in same and r["micro_batch"] == same[key(r)]["micro_batch"]]
+    assert any(o["loss_parallel"] for o, _ in pairs) and any(not o["loss_parallel"] for o, _ in pairs)
+    for o, p in pairs:
+        ratio = 16 / 10 if o["loss_parallel"] else 1
+        assert p["memory_parts_gib"]["logits"] == pytest.approx(o["memory_parts_gib"]["logits"] * ratio)
+        assert p["memory_parts_gib"]["weights"] == o["memory_parts_gib"]["weights"]
+    assert all(r["loss"] == "pytorch" for r in pytorch) and all(r["loss"] == "tensorplay_edu" for r in ours)

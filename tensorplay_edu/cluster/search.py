@@ -1,32 +1,28 @@
-"""Plan a training run: which layouts fit a global batch on a cluster, how fast they run, and how sure
-the model is.
+"""Plan a training run: which layouts fit a global batch on a cluster, how fast they run, how sure the model is.
 
     python -m tensorplay_edu.cluster.search --model llama3-70b --gpus 64 --gpu h100 --seq 8192
-    python -m tensorplay_edu.cluster.search --model llama3-8b --gpus 8 --global-batch 16 --json
+    python -m tensorplay_edu.cluster.search --model llama3-8b --gpus 8 --global-batch 16 --float8 none --json
 
 or, from a notebook, ``feasible, refused = plan("llama3-70b", 64, "h100", seq=8192, global_batch=64)``.
 
 Every layout runs the same global batch (sequences per optimizer step) on all the GPUs, so their step times compare
 like for like. For each TP degree t (dividing the heads, inside a node) the d = gpus / t data-parallel replicas
 share the batch; each runs it as micro-batches (gradient accumulation), the fastest that fits. The planner tries
-SP, loss_parallel and async TP (with SP), every float8 recipe (tensorwise with FSDP gathers its weights in float8,
-as torchao recommends), plain DP or FSDP, and no, selective or full activation checkpointing. It refuses what
-cannot run or does not fit in HBM less ``RESERVE`` (the CUDA context and NCCL's buffers, outside the allocator
-peaks the memory model is checked against). Two honesty rules come from ``published.error_bands``:
+SP, loss_parallel (this package's, or PyTorch's with ``loss="pytorch"``) and async TP (with SP), every float8 recipe
+(tensorwise with FSDP gathers its weights in float8, as torchao recommends; ``float8=()``: none), plain DP or FSDP,
+and no, selective or full activation checkpointing. It refuses what cannot run or does not fit in HBM less
+``RESERVE`` (the CUDA context and NCCL's buffers, outside the allocator peaks the memory model is checked
+against). Two honesty rules come from ``published.error_bands``:
 
 * **risky**: a layout whose memory estimate, divided by the model's lowest memory ratio on published
   peaks (it under-counts by up to that), would not fit. Risky layouts rank after every safe one.
-* **tie**: a safe layout whose step time is within the model's ``time`` error of the best step (its
-  largest miss on the tokens/s of a published run it was not fitted to): the model cannot order them. The
-  published speed-ups of one layout over another (``ranking``, async TP or float8 on the same job) are
-  closer, but no published pair of runs differs in TP degree or checkpointing except the two the model
-  was fitted on, so across those only the wider band is earned. The report names the tie with the
-  smallest TP degree, the one with the fewest collectives on the critical path.
+* **tie**: a safe layout within the model's ``time`` error (its largest miss on the tokens/s of a published
+  run it was not fitted to) of the best step: the model cannot order them. (The ``ranking`` band is closer,
+  but no published pair differs in TP degree or checkpointing.) The report names the tie with the smallest
+  TP degree, the one with the fewest collectives on the critical path.
 
-Safe layouts come first, fastest first; then the risky ones.
-
-When no layout fits, the planner names what the job needs beyond TP and data parallelism (pipeline or
-context parallelism): outside this model, as are HSDP, ZeRO-1/2 and CPU offload.
+When no layout fits, the planner names what the job needs beyond TP and data parallelism (pipeline or context
+parallelism): outside this model, as are HSDP, ZeRO-1/2 and CPU offload.
 """
 
 from __future__ import annotations
@@ -36,7 +32,7 @@ import json
 import sys
 
 from .memory_use import memory
-from .model import FLOAT8_RECIPES, GPU, GPUS, MODELS, Model, Setup
+from .model import FLOAT8_RECIPES, GPU, GPUS, LOSS_IMPLS, MODELS, Model, Setup
 from .published import error_bands
 from .timing import step_time
 
@@ -58,7 +54,7 @@ def _resolve(model, gpu) -> tuple[Model, GPU]:
     return model, gpu
 
 
-def _layouts(gpus: int, seq: int, float8=FLOAT8_RECIPES):
+def _layouts(gpus: int, seq: int, float8=FLOAT8_RECIPES, loss: str = "tensorplay_edu"):
     """Every layout the planner considers (micro-batching aside), TP degree first."""
     for t in (t for t in range(1, gpus + 1) if gpus % t == 0):
         d = gpus // t
@@ -69,7 +65,7 @@ def _layouts(gpus: int, seq: int, float8=FLOAT8_RECIPES):
                 for fsdp in ((False, True) if d > 1 else (False,)):
                     for ac in ("none", "selective", "full"):
                         yield Setup(tp=t, sp=sp, loss_parallel=lp, float8=f8, async_tp=asy, dp=d, fsdp=fsdp,
-                                    fsdp_float8_gather=fsdp and f8 == "tensorwise", seq=seq, ac=ac)
+                                    fsdp_float8_gather=fsdp and f8 == "tensorwise", seq=seq, ac=ac, loss=loss)
 
 
 def _why_not(model: Model, gpu: GPU, s: Setup, global_batch: int) -> str | None:
@@ -91,9 +87,10 @@ def _why_not(model: Model, gpu: GPU, s: Setup, global_batch: int) -> str | None:
 
 
 def plan(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int | None = None, reserve: float = RESERVE,
-         float8=FLOAT8_RECIPES):
+         float8=FLOAT8_RECIPES, loss: str = "tensorplay_edu"):
     """``(feasible, refused)`` for ``model`` (name or Model) on ``gpus`` GPUs of kind ``gpu``, a global batch of
-    ``global_batch`` sequences of ``seq`` tokens (default: one per GPU), float8 recipes ``float8`` (``()``: none).
+    ``global_batch`` sequences of ``seq`` tokens (default: one per GPU), float8 recipes ``float8`` (``()``: none),
+    whose ``loss_parallel`` (``Setup.loss``).
 
     ``feasible``: dicts ``{"setup", "memory" (bytes by component), "total" (bytes), "time" (:func:`step_time`),
     "risky", "tie_with_best"}``, safe ones first, fastest first; each setup carries the micro-batch (``batch``)
@@ -113,7 +110,7 @@ def plan(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int | None
     usable, bands = (1 - reserve) * gpu.hbm_bytes, error_bands()
     under = bands["memory"][0]
     feasible, refused = [], []
-    for base in _layouts(gpus, seq, (float8,) if isinstance(float8, str) else tuple(float8)):  # Setup checks names
+    for base in _layouts(gpus, seq, (float8,) if isinstance(float8, str) else tuple(float8), loss):  # Setup checks
         reason = _why_not(model, gpu, base, global_batch)
         if reason:
             refused.append({"setup": base, "reason": reason, "over": 0.0})
@@ -179,7 +176,7 @@ def _name(s: Setup) -> str:
 
 def _layout_fields(s: Setup) -> dict:
     return {"tp": s.tp, "dp": s.dp, "fsdp": s.fsdp, "ac": s.ac, "sp": s.sp, "loss_parallel": s.loss_parallel,
-            "async_tp": s.async_tp, "float8": s.float8, "fsdp_float8_gather": s.fsdp_float8_gather}
+            "async_tp": s.async_tp, "float8": s.float8, "fsdp_float8_gather": s.fsdp_float8_gather, "loss": s.loss}
 
 
 def _setup_of(row: dict) -> Setup:
@@ -188,9 +185,10 @@ def _setup_of(row: dict) -> Setup:
 
 
 def plan_json(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int | None = None,
-              reserve: float = RESERVE) -> dict:
-    """The plan as plain data (what ``--json`` prints): ``{"layouts": [...], "refused": [...], ...}``."""
-    feasible, refused = plan(model, gpus, gpu, seq, global_batch, reserve)
+              reserve: float = RESERVE, **options) -> dict:
+    """The plan as plain data (what ``--json`` prints): ``{"layouts": [...], "refused": [...], ...}``;
+    ``options``: :func:`plan`'s ``float8`` and ``loss``."""
+    feasible, refused = plan(model, gpus, gpu, seq, global_batch, reserve, **options)
     model, gpu = _resolve(model, gpu)
     global_batch = gpus if global_batch is None else global_batch
     layouts = [{**_layout_fields(r["setup"]), "micro_batch": r["setup"].batch,
@@ -206,9 +204,9 @@ def plan_json(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int |
 
 
 def format_plan(model, gpus: int, gpu="h100", seq: int = 8192, global_batch: int | None = None, top: int = 10,
-                reserve: float = RESERVE) -> str:
+                reserve: float = RESERVE, **options) -> str:
     """The planner's report as text (what the command line prints)."""
-    data = plan_json(model, gpus, gpu, seq, global_batch, reserve)
+    data = plan_json(model, gpus, gpu, seq, global_batch, reserve, **options)
     feasible, refused, bands = data["layouts"], data["refused"], data["error_bands"]
     lines = [f"{data['model']} on {gpus} x {data['gpu']}, {data['usable_gib']:.1f} GiB usable per GPU, "
              f"global batch {data['global_batch']} x {seq} tokens: {len(feasible)} layouts fit, {len(refused)} refused",
@@ -271,8 +269,12 @@ def main(argv=None) -> int:
     parser.add_argument("--top", type=int, default=10, help="how many layouts (and refusals) to print")
     parser.add_argument("--reserve", type=float, default=RESERVE,
                         help=f"fraction of HBM left free for the CUDA context and NCCL (default {RESERVE})")
+    parser.add_argument("--float8", choices=("all", "none", *FLOAT8_RECIPES), default="all",
+                        help="float8 recipes to try (default: all)")
+    parser.add_argument("--loss", choices=LOSS_IMPLS, default=LOSS_IMPLS[0], help="whose loss_parallel is priced")
     parser.add_argument("--json", action="store_true", help="print the whole plan as JSON")
     args = parser.parse_args(argv)
+    options = {"float8": {"all": FLOAT8_RECIPES, "none": ()}.get(args.float8, args.float8), "loss": args.loss}
     if args.model not in MODELS:
         parser.error(f"argument --model: unknown model {args.model!r}; known models: {', '.join(MODELS)}")
     if args.gpu not in GPUS:
@@ -287,11 +289,9 @@ def main(argv=None) -> int:
                      f"use a multiple of {node} (e.g. {args.gpus // node * node or node}) or at most {node}")
     if not 0 <= args.reserve < 1:
         parser.error(f"argument --reserve: a fraction of HBM in [0, 1), got {args.reserve}")
-    if args.json:
-        print(json.dumps(plan_json(args.model, args.gpus, args.gpu, args.seq, args.global_batch, args.reserve),
-                         indent=1))
-    else:
-        print(format_plan(args.model, args.gpus, args.gpu, args.seq, args.global_batch, args.top, args.reserve))
+    job = (args.model, args.gpus, args.gpu, args.seq, args.global_batch)
+    print(json.dumps(plan_json(*job, args.reserve, **options), indent=1) if args.json
+          else format_plan(*job, args.top, args.reserve, **options))
     return 0
 
 
