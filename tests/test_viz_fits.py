@@ -71,3 +71,13 @@ def test_no_fsdp_bar_is_not_labelled_with_fsdp():
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert sorted(legend) == sorted(MEMORY_GROUP_LABELS.values())
     matplotlib.pyplot.close(fig)
+
+
+def test_the_gpu_line_names_the_gpu_given():
+    # An H200's 141 GB is not labelled "one H100"; H100 stays the default (notebooks 00 and 00b).
+    h200 = cluster.GPUS["h200"]
+    for horizontal in (False, True):
+        fig = viz.draw_memory_parts(PLANS, h200.hbm_bytes / 1e9, "t", horizontal=horizontal, gpu_name="H200")
+        texts = [t.get_text() for t in fig.axes[0].texts]
+        assert f"one H200: {h200.hbm_bytes / 1e9:.1f} GB" in texts and not any("H100" in t for t in texts), texts
+        matplotlib.pyplot.close(fig)

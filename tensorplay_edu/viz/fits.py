@@ -26,9 +26,9 @@ def memory_groups(parts: dict) -> dict:
 
 
 def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: bool = False, top: float | None = None,
-                      usable_gb: float | None = None):
+                      usable_gb: float | None = None, gpu_name: str = "H100"):
     """Stacked bars of memory per GPU, one per layout of ``plans`` ({name: {cluster.memory part: GB}}), in the four
-    groups, with a dashed line at one GPU (``gpu_gb``) and, if given, a dotted one at what a plan may use
+    groups, with a dashed line at one GPU (``gpu_gb``, labelled with ``gpu_name``) and, if given, a dotted one at what a plan may use
     (``usable_gb``). Vertical bars by default: a bar over ``top`` GB is cut there, its total marked "(cut)" and its
     four groups written inside it; a total that would cross a line is written above the lines, in black. ``horizontal=True``: one row per layout, totals to the right, clear of the lines."""
     names = list(plans)
@@ -43,7 +43,7 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
         draw(range(len(names)), size, color=color, edgecolor="black", linewidth=0.5, label=MEMORY_GROUP_LABELS[group],
              **({"left": low, "height": 0.7} if horizontal else {"bottom": low, "width": 0.6}))
         low = [base + v for base, v in zip(low, size)]
-    lines = [(gpu_gb, f"one H100: {gpu_gb:.1f} GB", "--")] + ([(usable_gb, f"usable: {usable_gb:.1f}", ":")] if usable_gb else [])
+    lines = [(gpu_gb, f"one {gpu_name}: {gpu_gb:.1f} GB", "--")] + ([(usable_gb, f"usable: {usable_gb:.1f}", ":")] if usable_gb else [])
     if horizontal:
         near = (min(x for x, _, _ in lines) - 12, max(x for x, _, _ in lines) + 5)   # a total here would touch a line
         for y, name in enumerate(names):
