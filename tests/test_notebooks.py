@@ -105,10 +105,21 @@ def test_needs_nothing_outside_the_repository(path):
 OPTIONAL = re.compile(r"^(#{2,3}) .*(for experts|optional)", re.I | re.M)  # a section a first reading skips
 
 
+def _printed_lines(cell) -> int:
+    """The non-blank lines a code cell prints where the reader sees them (its outputs not collapsed): the tables
+    and verdicts are read too. Pictures are not counted here (the prose around them is)."""
+    if cell["metadata"].get("jupyter", {}).get("outputs_hidden"):
+        return 0
+    texts = ["".join(o["text"]) for o in cell.get("outputs", []) if o["output_type"] == "stream" and o["name"] == "stdout"]
+    texts += ["".join(o["data"].get("text/plain", "")) for o in cell.get("outputs", [])
+              if o["output_type"] in ("execute_result", "display_data") and "image/png" not in o["data"]]
+    return sum(1 for text in texts for line in text.splitlines() if line.strip())
+
+
 def reading_load(path):
-    """(words, visible code lines, exercises) of the whole notebook and of a first reading, which skips every
-    section whose heading says "For experts" or "optional" (up to the next heading of its level or above),
-    and the collapsed cells' code lines."""
+    """(words, visible code and printed lines, exercises) of the whole notebook and of a first reading, which
+    skips every section whose heading says "For experts" or "optional" (up to the next heading of its level or
+    above), and the collapsed cells' code lines."""
     whole, first, hidden, skip_level = [0, 0, 0], [0, 0, 0], 0, None
     for cell in json.loads(path.read_text())["cells"]:
         src = "".join(cell["source"])
@@ -122,9 +133,10 @@ def reading_load(path):
             load = [len(src.split()), 0, int(src.startswith("### Try it"))]
         else:
             if cell["metadata"].get("jupyter", {}).get("source_hidden"):  # a solution's reasoning is comments
-                hidden, load = hidden + sum(1 for line in src.splitlines() if line.strip()), [0, 0, 0]
+                hidden, load = hidden + sum(1 for line in src.splitlines() if line.strip()), [0, _printed_lines(cell), 0]
             else:
-                load = [0, sum(1 for line in src.splitlines() if line.strip() and not line.strip().startswith("#")), 0]
+                code = sum(1 for line in src.splitlines() if line.strip() and not line.strip().startswith("#"))
+                load = [0, code + _printed_lines(cell), 0]
         whole = [a + b for a, b in zip(whole, load)]
         if not skip_level:
             first = [a + b for a, b in zip(first, load)]
@@ -137,15 +149,15 @@ def minutes(words, code, exercises):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
 def test_the_minutes_stated_are_honest(path):
-    """At least the time to read its prose at 80 words a minute (dense technical text, checked as you go) and
-    its visible code at 6 lines a minute, and 15 minutes per exercise, the basis its header states: a notebook that
-    grows must say so. A notebook with sections for experts or marked optional also states a first reading's
-    time without them. The collapsed cells (checks, experiments, solutions with their reasoning in comments,
+    """At least the time to read its prose at 80 words a minute (dense technical text, checked as you go), its
+    visible code and printed output at 6 lines a minute, and 15 minutes per exercise, the basis its header states:
+    a notebook that grows must say so. A notebook with sections for experts or marked optional also states a
+    first reading's time without them. The collapsed cells (checks, experiments, solutions with their reasoning in comments,
     drawing code) are priced apart, every line at 6 a minute, for the reader who opens them all."""
     whole, first, hidden = reading_load(path)
     header = _cells(path)[0][1]
-    said = re.search(r"Time: about (\d+) minutes \(reading at 80 words and 6 lines of code a minute, 15 per exercise\)"
-                     r"(?:, about (\d+) on a first reading, which skips the sections for experts or marked optional)?; "
+    said = re.search(r"Time: about (\d+) minutes \(reading at 80 words and 6 lines of code or output a minute, "
+                     r"15 per exercise\)(?:, about (\d+) on a first reading, which skips the sections for experts or marked optional)?; "
                      r"the collapsed cells, if you open them all, about (\d+) more\.", header)
     assert said, f"{path.name}: the header's Time line, with its basis and the collapsed cells' minutes"
     stated, extra = int(said.group(1)), int(said.group(3))

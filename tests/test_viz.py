@@ -424,3 +424,10 @@ def test_draw_checkpoint_who_wrote_what_what_each_keeps_and_reads():
         assert sum(p.get_linestyle() == "--" for p in ax.patches) == 4  # the saved chunks' borders
         assert sum(bool(p.get_hatch()) for p in ax.patches) == len(reads(loaded[right.index(ax)], saved))
     assert left.get_ylim() == (10, 0) and right[0].get_ylim() == (10, 0)
+    # one colour meaning in every panel: the file a row comes from. Rank 0 keeps rows 0-2 of file 0 and
+    # rows 3-4 of file 1: filled in file 0's and file 1's colours; its hatched rows 5 are file 1's colour too.
+    filled = [p for p in right[0].patches if p.get_fill() and not p.get_hatch() and p.get_facecolor()[:3] != (1, 1, 1)]
+    assert [(p.get_y(), p.get_height(), _hex(p)) for p in filled] == [
+        (0, 3, mcolors.to_hex(RANK_COLORS[0])), (3, 2, mcolors.to_hex(RANK_COLORS[1]))]
+    hatched = [p for p in right[1].patches if p.get_hatch()]
+    assert [mcolors.to_hex(p.get_edgecolor()) for p in hatched] == [mcolors.to_hex(c) for c in RANK_COLORS[1:4]]

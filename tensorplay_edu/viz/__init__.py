@@ -18,6 +18,7 @@ patches and texts):
 ``logits``      the vocabulary split: who owns which ids, the logits and their gradient, the bytes
 ``vocab``       the vocab-parallel lookup as a sum: each rank's mostly-zero addend, then the lookup
 ``sandwich``    PrepareModuleInputOutput's g in front of a module and ḡ after it, both ways
+``mlp``         Megatron's MLP on one rank: f, ColwiseParallel, ReLU, RowwiseParallel, f̄
 ``zoo``         the bug zoo: a view's head groups, each bug's size
 ``costs``       what a step costs: TP's overhead on a CPU, setups and layouts at scale, TP's intensity
 ``fits``        what fits on one GPU: a layout's memory per GPU in four groups, against the GPU
@@ -42,6 +43,7 @@ from .layouts import draw_collective, draw_layout, draw_megatron_f, draw_transit
 from .logits import draw_logits_and_gradient, draw_vocab_owners, draw_wire_bytes
 from .vocab import draw_vocab_addends
 from .sandwich import draw_prepare_sandwich, sandwich_steps
+from .mlp import draw_mlp, mlp_comms, mlp_steps
 from .nodes import draw_mesh_grid, draw_nodes, node_groups
 from .plans import draw_hf_layer, draw_loss_gaps, draw_overhead_ratios
 from .ring import draw_ring, draw_ring_step_costs, draw_schedules, draw_step_grid, ring_steps
@@ -66,6 +68,7 @@ __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory
            "block_steps", "draw_block", "block_changes", "draw_block_pair",
            "draw_vocab_owners", "draw_logits_and_gradient", "draw_wire_bytes", "draw_vocab_addends",
            "draw_prepare_sandwich", "sandwich_steps",
+           "mlp_steps", "mlp_comms", "draw_mlp",
            "ring_steps", "draw_ring", "draw_schedules", "draw_step_grid", "draw_ring_step_costs",
            "saved_chunks", "wanted_chunks", "reads", "draw_checkpoint", "node_groups", "draw_nodes", "draw_mesh_grid",
            "draw_loss_gaps", "draw_overhead_ratios", "draw_hf_layer",

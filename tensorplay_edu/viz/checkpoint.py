@@ -91,31 +91,34 @@ def _rows(chunk) -> str:
 def draw_checkpoint(shape, saved: list[dict], loaded: list[dict], *, name: str = "", title=None):
     """Left: the checkpoint, each chunk in the colour of the rank that wrote it.  Then one panel per
     rank of another layout: the part it keeps (filled), the rest of the saved chunks it reads whole
-    and throws away (hatched), the saved chunks' borders dashed."""
+    and throws away (hatched), the saved chunks' borders dashed.  In every panel a row's colour is
+    the file it comes from (the rank that wrote it); which rank reads is said by the panel's title."""
     shape = list(shape)
     rows, cols = shape[0], (shape[1] if len(shape) > 1 else 1)
     fig, axes = plt.subplots(1, 1 + len(loaded), figsize=(4.2 + 3.2 * len(loaded), 4.4),
                              gridspec_kw={"width_ratios": [1.3] + [1] * len(loaded)})
     box = dict(boxstyle="round,pad=0.2", facecolor="white", alpha=0.95, edgecolor="none")
+    file_colour = lambda chunk: RANK_COLORS[chunk["rank"] % len(RANK_COLORS)]  # the file it was written to
     left = axes[0]
     for c in (c for c in saved if all(c["sizes"])):
         x, y, w, h = _rect(c, shape)
-        left.add_patch(Rectangle((x, y), w, h, facecolor=RANK_COLORS[c["rank"] % len(RANK_COLORS)], alpha=0.85,
-                                 edgecolor="black", linewidth=1.2))
+        left.add_patch(Rectangle((x, y), w, h, facecolor=file_colour(c), alpha=0.85, edgecolor="black", linewidth=1.2))
         left.text(x + w / 2, y + h / 2, f"rank {c['rank']} writes\n{_rows(c)}", ha="center", va="center",
                   fontsize=8, zorder=5, bbox=box)
-    left.set_title(f"saved by {len({c['rank'] for c in saved})} ranks: who wrote what", fontsize=10)
+    left.set_title(f"saved by {len({c['rank'] for c in saved})} ranks: who wrote what\n(colour: the file, in every panel)",
+                   fontsize=10)
     for ax, c in zip(axes[1:], loaded):
-        colour = RANK_COLORS[c["rank"] % len(RANK_COLORS)]
         read = reads(c, saved) if all(c["sizes"]) else []
-        for s in read:  # read whole, thrown away where it is not kept (hatched)
-            ax.add_patch(Rectangle(_rect(s, shape)[:2], *_rect(s, shape)[2:], facecolor="white", edgecolor=colour,
-                                   hatch="///", linewidth=0, zorder=1))
+        for s in read:  # read whole, thrown away where it is not kept (hatched, in its file's colour)
+            ax.add_patch(Rectangle(_rect(s, shape)[:2], *_rect(s, shape)[2:], facecolor="white",
+                                   edgecolor=file_colour(s), hatch="///", linewidth=0, zorder=1))
         if all(c["sizes"]):
+            for k in keeps(c, saved):  # kept: filled in the colour of the file it was read from
+                x, y, w, h = _rect(k, shape)
+                ax.add_patch(Rectangle((x, y), w, h, facecolor="white", linewidth=0, zorder=2))  # hides the hatch
+                ax.add_patch(Rectangle((x, y), w, h, facecolor=file_colour(k), alpha=0.85, linewidth=0, zorder=3))
             x, y, w, h = _rect(c, shape)
-            ax.add_patch(Rectangle((x, y), w, h, facecolor="white", linewidth=0, zorder=2))  # hides the hatch
-            ax.add_patch(Rectangle((x, y), w, h, facecolor=colour, alpha=0.85, edgecolor="black", linewidth=1.2,
-                                   zorder=3))
+            ax.add_patch(Rectangle((x, y), w, h, fill=False, edgecolor="black", linewidth=1.6, zorder=3.5))  # the piece
             text = f"rank {c['rank']} keeps\n" + "\n".join(f"{_rows(k)} of rank {k['rank']}'s file"
                                                           for k in keeps(c, saved))
             ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8, zorder=5, bbox=box)

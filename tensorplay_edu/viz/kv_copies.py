@@ -23,10 +23,12 @@ def kv_copy_of_rank(n_heads: int, n_kv_heads: int, world_size: int) -> list[int]
     return [heads[0] // group for heads in heads_per_rank(n_heads, world_size)]
 
 
-def draw_kv_copies(n_heads: int, n_kv_heads: int, world_size: int):
+def draw_kv_copies(n_heads: int, n_kv_heads: int, world_size: int, show_sum: bool = True):
     """Query heads on top, coloured by rank; below, one kv-head copy per rank, in the rank's colour, named
     ``copy of kv head j``; an arrow from each query head to its rank's copy.  Under the copies of one kv head
-    a red bracket says their gradients are summed over the t/K ranks (gid ``sum kv head j``)."""
+    a red bracket says their gradients are summed over the t/K ranks (gid ``sum kv head j``).  With
+    ``show_sum=False`` the brackets and the title's backward line are left out (a picture for the question
+    whose answer they are)."""
     copy_of = kv_copy_of_rank(n_heads, n_kv_heads, world_size)
     q_heads = heads_per_rank(n_heads, world_size)
     fig, ax = plt.subplots(figsize=(max(7.0, 1.45 * n_heads + 1.2), 2.9))
@@ -45,7 +47,7 @@ def draw_kv_copies(n_heads: int, n_kv_heads: int, world_size: int):
             ax.add_patch(FancyArrowPatch((q_x[i] + 0.5, 2.3), (copy_x + 0.5, 1.5), arrowstyle="->", mutation_scale=10,
                                          linewidth=1, color="black", gid=f"q head {i} -> rank {r}'s copy"))
     per = world_size // n_kv_heads
-    for j in range(n_kv_heads):
+    for j in range(n_kv_heads if show_sum else 0):
         ranks = list(range(j * per, (j + 1) * per))
         left, right = q_x[q_heads[ranks[0]][0]], q_x[q_heads[ranks[-1]][-1]] + 1
         ax.add_patch(Rectangle((left, 0.62), right - left, 0.08, facecolor=COMM_COLOR, edgecolor="none",
@@ -57,6 +59,7 @@ def draw_kv_copies(n_heads: int, n_kv_heads: int, world_size: int):
     ax.legend(handles=[Patch(color=RANK_COLORS[r % len(RANK_COLORS)], label=f"rank {r}") for r in range(world_size)],
               fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.set_title(f"GQA, H = {n_heads}, K = {n_kv_heads}, t = {world_size} > K: each kv head copied on "
-                 f"{per} ranks\nforward stays on each rank; backward sums the copies' gradients", fontsize=9)
+                 f"{per} ranks\nforward stays on each rank" + ("; backward sums the copies' gradients" if show_sum else ""),
+                 fontsize=9)
     fig.tight_layout()
     return fig

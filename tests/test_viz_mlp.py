@@ -1,0 +1,56 @@
+"""Megatron's MLP picture (notebook 02, section 3): its steps against a real run, and its boxes (not pixels)."""
+
+import matplotlib
+import torch
+from matplotlib.patches import FancyBboxPatch
+from torch import nn
+
+from tensorplay_edu.viz import COMM_COLOR, draw_mlp, mlp_comms, mlp_steps
+
+
+def _mlp_run(h, ff):
+    # One colwise -> rowwise MLP on this rank: what each module returned (local shapes), and the records.
+    import torch.distributed as dist
+    from tensorplay_edu import CommDebugMode, init_device_mesh
+    from tensorplay_edu.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    torch.manual_seed(0)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    model = parallelize_module(nn.Sequential(nn.Linear(h, ff), nn.ReLU(), nn.Linear(ff, h)), mesh,
+                               {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    returned = {}
+    def hook(module, args, out):  # returns None: the output stays as it is
+        returned.setdefault(module.fqn, list(out.shape))
+
+    for name, module in model.named_children():
+        module.fqn = name
+        module.register_forward_hook(hook)
+    x = torch.randn(2, 3, h, requires_grad=True)
+    with CommDebugMode() as comm:
+        model(x).sum().backward()
+    return returned, [(r.op, r.phase, r.module, tuple(r.shape)) for r in comm.records]
+
+
+def test_steps_are_the_real_mlps_shapes_and_collectives():
+    from tensorplay_edu import launch
+    for r, (returned, records) in enumerate(launch(_mlp_run, 2, 8, 12)):
+        steps = mlp_steps(2, 3, 8, 12, 2, r)
+        assert {st["module"]: st["shape"] for st in steps if st["module"]} == returned
+        assert mlp_comms(steps) == records == [("all_reduce", "forward", "2", (2, 3, 8)),
+                                               ("all_reduce", "backward", "0", (2, 3, 8))]
+
+
+def test_uneven_hidden_width_gives_each_rank_its_chunk():
+    assert [mlp_steps(2, 3, 8, 10, 4, r)[2]["shape"] for r in range(4)] == [[2, 3, 3]] * 3 + [[2, 3, 1]]
+
+
+def test_picture_draws_six_boxes_two_red_and_bars_f():
+    fig = draw_mlp(2, 3, 8, 16, 4)
+    ax = fig.axes[0]
+    boxes = [p for p in ax.patches if isinstance(p, FancyBboxPatch)]
+    assert len(boxes) == 6
+    assert sum(matplotlib.colors.to_hex(p.get_edgecolor()) == COMM_COLOR.lower() for p in boxes) == 2
+    labels = [t.get_text() for t in ax.texts]
+    assert r"$\bar{f}$" in labels and "f" in labels
+    assert "Shard(-1) \u00b7 local [2, 3, 4]" in labels and "Replicate() \u00b7 local [2, 3, 8]" in labels
+    assert "forward: all_reduce\nbackward: nothing" in labels and "t = 4" in ax.get_title()
+    matplotlib.pyplot.close(fig)
