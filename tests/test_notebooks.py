@@ -168,6 +168,7 @@ def test_the_minutes_stated_are_honest(path):
     else:
         assert said.group(2), f"{path.name}: it has optional sections: state the first reading's minutes too"
         assert minutes(*first) <= int(said.group(2)) < stated, (path.name, said.group(2), first)
+    assert first[2] >= 1, f"{path.name}: a first reading (optional sections skipped) asks at least one Try it"
 
 
 def test_the_readme_lists_every_notebook_with_its_minutes():

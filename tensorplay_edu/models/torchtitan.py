@@ -46,7 +46,9 @@ logger = logging.getLogger(__name__)
 
 def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, loss_parallel: bool, enable_float8_tensorwise_tp: bool,
              enable_async_tp: bool) -> None:
-    """Tensor parallelism for a torchtitan-style Llama (``tok_embeddings``, ``layers``, ``output``)."""
+    """Tensor parallelism for a torchtitan-style Llama (``tok_embeddings``, ``layers``, ``output``): the seed's
+    ``apply_tp``, the per-Linear plan torchtitan called ``apply_tp_minus_sp`` (#640), not torchtitan's own
+    sequence-parallel plan (that is ``parallelize_llama(model, mesh, "full")``)."""
     # The edges: a vocab-parallel embedding whose partial rows are summed (all-reduce), and an
     # output layer split over the vocabulary whose logits are gathered for an ordinary loss.
     parallelize_module(model, tp_mesh, {
