@@ -103,6 +103,16 @@ def test_needs_nothing_outside_the_repository(path):
 
 
 OPTIONAL = re.compile(r"^(#{2,3}) .*(for experts|optional)", re.I | re.M)  # a section a first reading skips
+SKIPS = {frozenset({"for experts"}): "for experts", frozenset({"optional"}): "marked optional",
+         frozenset({"for experts", "optional"}): "for experts or marked optional"}  # the header's words for them
+
+
+def skipped_sections(path) -> str:
+    """How the header names the sections a first reading skips: by the words their headings use."""
+    kinds = {word for cell in json.loads(path.read_text())["cells"] if cell["cell_type"] == "markdown"
+             for m in OPTIONAL.finditer("".join(cell["source"])) for word in ("for experts", "optional")
+             if word in m.group(0).lower()}
+    return SKIPS.get(frozenset(kinds), "")
 
 
 def _printed_lines(cell) -> int:
@@ -110,8 +120,9 @@ def _printed_lines(cell) -> int:
     and verdicts are read too. Pictures are not counted here (the prose around them is)."""
     if cell["metadata"].get("jupyter", {}).get("outputs_hidden"):
         return 0
-    texts = ["".join(o["text"]) for o in cell.get("outputs", []) if o["output_type"] == "stream" and o["name"] == "stdout"]
-    texts += ["".join(o["data"].get("text/plain", "")) for o in cell.get("outputs", [])
+    outputs = cell.get("outputs", [])
+    texts = ["".join(o["text"]) for o in outputs if o["output_type"] == "stream" and o["name"] == "stdout"]
+    texts += ["".join(o["data"].get("text/plain", "")) for o in outputs
               if o["output_type"] in ("execute_result", "display_data") and "image/png" not in o["data"]]
     return sum(1 for text in texts for line in text.splitlines() if line.strip())
 
@@ -133,7 +144,8 @@ def reading_load(path):
             load = [len(src.split()), 0, int(src.startswith("### Try it"))]
         else:
             if cell["metadata"].get("jupyter", {}).get("source_hidden"):  # a solution's reasoning is comments
-                hidden, load = hidden + sum(1 for line in src.splitlines() if line.strip()), [0, _printed_lines(cell), 0]
+                hidden += sum(1 for line in src.splitlines() if line.strip())
+                load = [0, _printed_lines(cell), 0]  # its verdict, if its outputs show
             else:
                 code = sum(1 for line in src.splitlines() if line.strip() and not line.strip().startswith("#"))
                 load = [0, code + _printed_lines(cell), 0]
@@ -152,15 +164,16 @@ def test_the_minutes_stated_are_honest(path):
     """At least the time to read its prose at 80 words a minute (dense technical text, checked as you go), its
     visible code and printed output at 6 lines a minute, and 15 minutes per exercise, the basis its header states:
     a notebook that grows must say so. A notebook with sections for experts or marked optional also states a
-    first reading's time without them. The collapsed cells (checks, experiments, solutions with their reasoning in comments,
-    drawing code) are priced apart, every line at 6 a minute, for the reader who opens them all."""
+    first reading's time without them, naming those sections by their headings' words. The collapsed cells
+    (checks, experiments, solutions with their reasoning in comments, drawing code) are priced apart, every line
+    at 6 a minute, for the reader who opens them all."""
     whole, first, hidden = reading_load(path)
     header = _cells(path)[0][1]
     said = re.search(r"Time: about (\d+) minutes \(reading at 80 words and 6 lines of code or output a minute, "
-                     r"15 per exercise\)(?:, about (\d+) on a first reading, which skips the sections for experts or marked optional)?; "
+                     r"15 per exercise\)(?:, about (\d+) on a first reading, which skips the sections ([a-z ]+))?; "
                      r"the collapsed cells, if you open them all, about (\d+) more\.", header)
     assert said, f"{path.name}: the header's Time line, with its basis and the collapsed cells' minutes"
-    stated, extra = int(said.group(1)), int(said.group(3))
+    stated, extra = int(said.group(1)), int(said.group(4))
     assert stated >= minutes(*whole), (path.name, stated, whole)
     assert extra >= hidden / 6, (path.name, extra, hidden)
     if first == whole:
@@ -168,6 +181,7 @@ def test_the_minutes_stated_are_honest(path):
     else:
         assert said.group(2), f"{path.name}: it has optional sections: state the first reading's minutes too"
         assert minutes(*first) <= int(said.group(2)) < stated, (path.name, said.group(2), first)
+        assert said.group(3) == skipped_sections(path), (path.name, said.group(3), skipped_sections(path))
     assert first[2] >= 1, f"{path.name}: a first reading (optional sections skipped) asks at least one Try it"
 
 
