@@ -1,4 +1,4 @@
-"""Megatron's MLP picture (notebook 02, section 3): its steps against a real run, and its boxes (not pixels)."""
+"""Megatron's MLP picture (notebook 02, section 4): its steps against a real run, and its boxes (not pixels)."""
 
 import matplotlib
 import torch

@@ -64,3 +64,17 @@ def test_hf_layer_has_an_f_per_colwise_linear_and_a_g_per_rowwise():
     boxes = [p for p in ax.patches if isinstance(p, Rectangle)]
     assert len(boxes) == 2 * 2 + 5 + 2 * 2  # norm and residual, 5 colwise, core and rowwise: per half
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["split over the t ranks", "whole on every rank"]
+
+
+def test_hf_layer_draws_the_residual_stream_as_the_data_flows():
+    # x skips over the first half into its + residual; h = that sum feeds the second norm and, straight down,
+    # the second + residual (the layer's output): each skip starts where its tensor is made.
+    ax, = draw_hf_layer().axes
+    lines = {line.get_gid(): list(zip(line.get_xdata(), line.get_ydata())) for line in ax.lines if line.get_gid()}
+    assert set(lines) == {"residual_x", "h_to_norm", "residual_h"}
+    residuals = [p.get_xy() for p in ax.patches if isinstance(p, Rectangle) and p.get_width() == 0.9]
+    res_x = {round(x + 0.45, 2) for x, _ in residuals}
+    assert res_x == {9.9} and lines["residual_x"][-1][0] == 9.9 == lines["residual_h"][0][0]   # both into + residual
+    assert lines["residual_x"][0][0] < 0 < lines["h_to_norm"][0][0]   # x before the first norm; h after the first sum
+    assert [t for t in _texts(ax) if t.endswith(": whole\n[b, s, h]")] == ["h: whole\n[b, s, h]", "out: whole\n[b, s, h]",
+                                                                          "x: whole\n[b, s, h]"]

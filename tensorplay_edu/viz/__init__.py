@@ -1,29 +1,32 @@
 """Pictures, one concept per file; every function returns the matplotlib Figure (tests read its
 patches and texts):
 
-==============  ==============================================================================
-``layouts``     what each rank holds, what a transition or a collective moves, Megatron's f
-``gradients``   a move forward and its gradient's move backward, both as layouts
-``heads``       attention heads per rank: GQA's query and kv heads, a view's cuts into heads
-``kv_copies``   t > K: each rank's copy of the kv head its query heads read, the copies' gradient sum
-``runs``        what a run did: the flow through a parallelized model, CommDebugMode's counts,
-                memory bars, loss differences, the order of a backward's gradient collectives
-``timelines``   compute beside transfers in time: a run's intervals, one timeline per ring
-``float8``      float8's values, why its amax is global, a step's bytes by dtype
-``block``       one transformer block as the plans cut it: f, f̄ (SP: g, ḡ), residual skips
-``ring``        a collective's ring schedule, step by step; async TP's schedules and step costs
-``checkpoint``  a DCP checkpoint's saved chunks and what each rank reads back
-``nodes``       which ranks of which node form each group of a (dp, tp) mesh
-``plans``       whole-model plans: loss gaps, the cost over a hand-written floor, HF's f and f̄
-``logits``      the vocabulary split: who owns which ids, the logits and their gradient, the bytes
-``vocab``       the vocab-parallel lookup as a sum: each rank's mostly-zero addend, then the lookup
-``sandwich``    PrepareModuleInputOutput's g in front of a module and ḡ after it, both ways
-``mlp``         Megatron's MLP on one rank: f, ColwiseParallel, ReLU, RowwiseParallel, f̄
-``zoo``         the bug zoo: a view's head groups, each bug's size
-``costs``       what a step costs: TP's overhead on a CPU, setups and layouts at scale, TP's intensity
-``fits``        what fits on one GPU: a layout's memory per GPU in four groups, against the GPU
-``style``       the palette and labels shared by all of them
-==============  ==============================================================================
+================  ==============================================================================
+``layouts``       what each rank holds, what a transition or a collective moves, Megatron's f
+``gradients``     a move forward and its gradient's move backward, both as layouts
+``heads``         attention heads per rank: GQA's query and kv heads, a view's cuts into heads
+``head_cuts``     where torch.chunk cuts wq when t does not divide the heads
+``kv_copies``     t > K: each rank's copy of the kv head its query heads read, the copies' gradient sum
+``runs``          what a run did: the flow through a parallelized model, CommDebugMode's counts,
+                  memory bars, loss differences, the order of a backward's gradient collectives
+``timelines``     compute beside transfers in time: a run's intervals, one timeline per ring
+``float8``        float8's values, why its amax is global, a step's bytes by dtype
+``block``         one transformer block as the plans cut it: f, f̄ (SP: g, ḡ), residual skips
+``block_labels``  the same block, its module and collective names in words (notebook 03)
+``ring``          a collective's ring schedule, step by step; async TP's schedules and step costs
+``checkpoint``    a DCP checkpoint's saved chunks and what each rank reads back
+``nodes``         which ranks of which node form each group of a (dp, tp) mesh
+``plans``         whole-model plans: loss gaps, the cost over a hand-written floor, HF's f and f̄
+``logits``        the vocabulary split: who owns which ids, the logits and their gradient, the bytes
+``vocab``         the vocab-parallel lookup as a sum: each rank's mostly-zero addend, then the lookup
+``sandwich``      PrepareModuleInputOutput's g in front of a module and ḡ after it, both ways
+``mlp``           Megatron's MLP on one rank: f, ColwiseParallel, ReLU, RowwiseParallel, f̄
+``zoo``           the bug zoo: a view's head groups, each bug's size
+``costs``         what a step costs: TP's overhead on a CPU, setups and layouts at scale, TP's intensity
+``links``         a collective's α–β time per link; a layer's compute against its TP traffic
+``fits``          what fits on one GPU: a layout's memory per GPU in four groups, against the GPU
+``style``         the palette and labels shared by all of them
+================  ==============================================================================
 
 Colours: rank r is ``RANK_COLORS[r]``; a block held whole by several ranks (Replicate) is grey and
 names its ranks; a Partial block is hatched and says "pending sum".  A float8 piece (1 byte per
@@ -33,10 +36,12 @@ layout's frame takes the tensor's proportions (softened, within ``layouts.ASPECT
 Every public name is importable from ``tensorplay_edu.viz`` itself.
 """
 
-from .block import block_changes, block_steps, draw_block, draw_block_pair
+from .block import block_changes, block_steps, draw_block, draw_block_pair, draw_steps
+from .block_labels import WORDS, draw_readable_block, readable_steps
 from .checkpoint import draw_checkpoint, reads, saved_chunks, wanted_chunks
 from .float8 import draw_amax_slices, draw_bytes_by_kind, draw_float8_values
 from .gradients import draw_move_and_gradient
+from .head_cuts import cut_rows, draw_head_cuts
 from .heads import draw_gqa, draw_head_split, draw_head_views, heads_per_rank, row_chunks
 from .kv_copies import draw_kv_copies, kv_copy_of_rank
 from .layouts import draw_collective, draw_layout, draw_megatron_f, draw_transition, pieces
@@ -53,6 +58,7 @@ from .style import (COMM_COLOR, FLOAT8_COLOR, FLOAT8_STYLE, LANE_COLORS, PARTIAL
                     SHARED_COLOR, comm_label, float8_tag)
 from .timelines import draw_ring_timelines, draw_timeline
 from .costs import draw_layouts, draw_setups, draw_tp_intensity, draw_tp_overhead
+from .links import draw_alpha_beta, draw_layer_verdict
 from .fits import MEMORY_GROUP_COLORS, MEMORY_GROUPS, draw_memory_parts, memory_groups
 from .zoo import draw_bug_sizes, draw_view_groups
 
@@ -65,7 +71,9 @@ __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory
            "draw_grad_sync_order",
            "draw_timeline", "draw_ring_timelines",
            "draw_float8_values", "draw_amax_slices", "draw_bytes_by_kind",
-           "block_steps", "draw_block", "block_changes", "draw_block_pair",
+           "block_steps", "draw_block", "block_changes", "draw_block_pair", "draw_steps",
+           "WORDS", "readable_steps", "draw_readable_block", "cut_rows", "draw_head_cuts",
+           "draw_alpha_beta", "draw_layer_verdict",
            "draw_vocab_owners", "draw_logits_and_gradient", "draw_wire_bytes", "draw_vocab_addends",
            "draw_prepare_sandwich", "sandwich_steps",
            "mlp_steps", "mlp_comms", "draw_mlp",

@@ -24,7 +24,7 @@ from matplotlib.path import Path
 from ..placement import chunk_sizes
 from .style import COMM_COLOR, PHASE_COLORS, barred
 
-__all__ = ["block_steps", "block_changes", "draw_block", "draw_block_pair"]
+__all__ = ["block_steps", "block_changes", "draw_steps", "draw_block", "draw_block_pair"]
 
 _FILL = {"module": "#E8EEF7", "local": "#FFFFFF", "comm": "#FBE3E3", "input": "#F4F4F4"}
 
@@ -101,6 +101,37 @@ def _residual_skips(ax, steps):
         ax.text(-0.2, (y0 + y1) / 2, f"residual: {name}", rotation=90, ha="right", va="center", fontsize=8)
 
 
+def draw_steps(ax, steps, *, changed=None, moved=(), notes=True, local=True):
+    """Draw a list of steps (:func:`block_steps`' format) top to bottom on ``ax``, step ``i`` at height
+    ``len(steps) - 1 - i``: one box per step (modules blue, local work white, collectives red-filled), an arrow
+    to the next step labelled with the tensor leaving this one (``placement · local [shape]``), and, where
+    ``notes``, each collective's forward / backward beside it.  ``changed``: the indices whose box gets a thick
+    red edge (default: the collectives' boxes); ``moved``: the indices whose tensor label is red; ``local=False``
+    drops the word "local" where a title already says every shape is local."""
+    n = len(steps)
+    for i, st in enumerate(steps):
+        y, comm = n - 1 - i, st["kind"] == "comm"
+        red = comm if changed is None else i in changed
+        box = FancyBboxPatch((0.4, y - 0.24), 3.9, 0.48, boxstyle="round,pad=0.02", facecolor=_FILL[st["kind"]],
+                             edgecolor=COMM_COLOR if red else "black",
+                             linewidth=(2.2 if changed is not None else 1.4) if red else 0.8)
+        if changed is not None:
+            box.set_gid(f"{'changed' if red else 'same'} {st['name']}")
+        ax.add_patch(box)
+        ax.text(2.35, y + 0.08, barred(st["name"]), ha="center", va="center", fontsize=9, weight="bold")
+        ax.text(2.35, y - 0.13, barred(st["what"]), ha="center", va="center", fontsize=8,
+                color=COMM_COLOR if comm else "black")
+        if comm and notes:
+            ax.text(8.0, y, f"forward: {st['fwd']}\nbackward: {st['bwd']}", ha="left", va="center", fontsize=8,
+                    bbox=dict(boxstyle="round,pad=0.2", facecolor=PHASE_COLORS["backward"], edgecolor=COMM_COLOR))
+        if i + 1 < n:  # the arrow to the next step, labelled with the tensor leaving this one
+            ax.add_patch(FancyArrowPatch((2.35, y - 0.25), (2.35, y - 0.75), arrowstyle="->", mutation_scale=12))
+        shape = f"{st['shape']} | {st['also']}" if st.get("also") else f"{st['shape']}"
+        label = f"{st['placement']} \u00b7 {'local ' if local else ''}{shape}"
+        ax.text(4.5, y - 0.5 if i + 1 < n else y - 0.42, label, ha="left",
+                va="center", fontsize=8, family="monospace", color=COMM_COLOR if i in moved else "black")
+
+
 def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None, **dims):
     """The block of :func:`block_steps`, top to bottom: modules in blue, work without communication
     in white, collectives in red with their forward / backward (``f``, ``f\u0304``; under sequence
@@ -114,23 +145,7 @@ def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None,
     ax.axis("off")
     ax.set_xlim(-0.5, 10)
     ax.set_ylim(-1.3, n - 0.2)
-    for i, st in enumerate(steps):
-        y = n - 1 - i
-        edge = COMM_COLOR if st["kind"] == "comm" else "black"
-        ax.add_patch(FancyBboxPatch((0.4, y - 0.24), 3.9, 0.48, boxstyle="round,pad=0.02", facecolor=_FILL[st["kind"]],
-                                    edgecolor=edge, linewidth=1.4 if st["kind"] == "comm" else 0.8))
-        ax.text(2.35, y + 0.08, st["name"], ha="center", va="center", fontsize=9, weight="bold")
-        ax.text(2.35, y - 0.13, barred(st["what"]), ha="center", va="center", fontsize=8,
-                color=COMM_COLOR if st["kind"] == "comm" else "black")
-        if st["kind"] == "comm":
-            ax.text(8.0, y, f"forward: {st['fwd']}\nbackward: {st['bwd']}", ha="left", va="center", fontsize=8,
-                    color="black", bbox=dict(boxstyle="round,pad=0.2", facecolor=PHASE_COLORS["backward"],
-                                             edgecolor=COMM_COLOR))
-        if i + 1 < n:  # the arrow to the next step, labelled with the tensor leaving this one
-            ax.add_patch(FancyArrowPatch((2.35, y - 0.25), (2.35, y - 0.75), arrowstyle="->", mutation_scale=12))
-        shape = f"{st['shape']} | {st['also']}" if st["also"] else f"{st['shape']}"
-        ax.text(4.5, y - 0.5 if i + 1 < n else y - 0.42, f"{st['placement']} \u00b7 local {shape}",
-                ha="left", va="center", fontsize=8, family="monospace")
+    draw_steps(ax, steps)
     _residual_skips(ax, steps)
     letters = _LETTERS[sp].replace("\n", "; ")
     ax.text(-0.4, -1.05, barred(letters), ha="left", va="center", fontsize=8, color=COMM_COLOR)
@@ -176,20 +191,7 @@ def draw_block_pair(world_size: int = 2, rank: int = 0, title=None, **dims):
         ax.axis("off")
         ax.set_xlim(-0.7, 8.4)
         ax.set_ylim(-1.5, n - 0.2)
-        for i, st in enumerate(steps):
-            y, red = n - 1 - i, i in changed
-            comm = st["kind"] == "comm"
-            ax.add_patch(FancyBboxPatch((0.4, y - 0.24), 3.9, 0.48, boxstyle="round,pad=0.02",
-                                        facecolor=_FILL[st["kind"]], edgecolor=COMM_COLOR if red else "black",
-                                        linewidth=2.2 if red else 0.8, gid=f"{'changed' if red else 'same'} {st['name']}"))
-            ax.text(2.35, y + 0.08, st["name"], ha="center", va="center", fontsize=9, weight="bold")
-            ax.text(2.35, y - 0.13, barred(st["what"]), ha="center", va="center", fontsize=8,
-                    color=COMM_COLOR if comm else "black")
-            if i + 1 < n:
-                ax.add_patch(FancyArrowPatch((2.35, y - 0.25), (2.35, y - 0.75), arrowstyle="->", mutation_scale=12))
-            shape = f"{st['shape']} | {st['also']}" if st["also"] else f"{st['shape']}"
-            ax.text(4.45, y - 0.5 if i + 1 < n else y - 0.42, f"{st['placement']} \u00b7 {shape}", ha="left",
-                    va="center", fontsize=8, family="monospace", color=COMM_COLOR if i in moved else "black")
+        draw_steps(ax, steps, changed=changed, moved=moved, notes=False, local=False)
         _residual_skips(ax, steps)
         ax.text(-0.6, -1.1, barred(_LETTERS[sp]), ha="left", va="center", fontsize=8, color=COMM_COLOR)
         ax.set_title(f"full plan (sequence parallel), s/t = {chunk_sizes(seq, t)[rank]}" if sp

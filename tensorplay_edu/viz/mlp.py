@@ -1,4 +1,4 @@
-"""Megatron's MLP (notebook 02, section 3): ``Linear(h, F)`` under ``ColwiseParallel``, a ReLU, ``Linear(F, h)``
+"""Megatron's MLP (notebook 02, section 4): ``Linear(h, F)`` under ``ColwiseParallel``, a ReLU, ``Linear(F, h)``
 under ``RowwiseParallel``, with ``f`` at its input and ``f̄`` at its output, drawn on one rank.
 
 :func:`mlp_steps` lists it top to bottom in :func:`~tensorplay_edu.viz.block.block_steps`' format (each step's
@@ -12,15 +12,11 @@ Notation: ``b`` batch, ``s`` sequence, ``h`` model width, ``F`` the hidden width
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
-
 from ..placement import chunk_sizes
-from .style import COMM_COLOR, PHASE_COLORS, barred
+from .block import draw_steps
+from .style import COMM_COLOR, barred
 
 __all__ = ["mlp_steps", "mlp_comms", "draw_mlp"]
-
-_FILL = {"module": "#E8EEF7", "local": "#FFFFFF", "comm": "#FBE3E3", "input": "#F4F4F4"}
-
 
 def mlp_steps(b: int, s: int, h: int, ff: int, t: int, rank: int = 0) -> list[dict]:
     """The MLP as a list of steps (dicts): ``kind`` (input / comm / module / local), ``name``, ``what``,
@@ -55,8 +51,8 @@ def mlp_comms(steps) -> list[tuple[str, str, str, tuple]]:
 
 
 def draw_mlp(b: int, s: int, h: int, ff: int, t: int, rank: int = 0, title=None):
-    """The steps of :func:`mlp_steps` top to bottom, as :func:`~tensorplay_edu.viz.block.draw_block` draws a
-    block: modules in blue, work without communication in white, the collectives in red with their forward
+    """The steps of :func:`mlp_steps` top to bottom, with :func:`~tensorplay_edu.viz.block.draw_steps`, as a
+    block is drawn: modules in blue, work without communication in white, the collectives in red with their forward
     and backward on the right; on each arrow the tensor that flows, ``placement · local [shape]``."""
     steps = mlp_steps(b, s, h, ff, t, rank)
     n = len(steps)
@@ -64,20 +60,7 @@ def draw_mlp(b: int, s: int, h: int, ff: int, t: int, rank: int = 0, title=None)
     ax.axis("off")
     ax.set_xlim(0, 10)
     ax.set_ylim(-0.9, n - 0.4)
-    for i, st in enumerate(steps):
-        y, comm = n - 1 - i, st["kind"] == "comm"
-        ax.add_patch(FancyBboxPatch((0.4, y - 0.24), 3.9, 0.48, boxstyle="round,pad=0.02", facecolor=_FILL[st["kind"]],
-                                    edgecolor=COMM_COLOR if comm else "black", linewidth=1.4 if comm else 0.8))
-        ax.text(2.35, y + 0.08, barred(st["name"]), ha="center", va="center", fontsize=9, weight="bold")
-        ax.text(2.35, y - 0.13, barred(st["what"]), ha="center", va="center", fontsize=8,
-                color=COMM_COLOR if comm else "black")
-        if comm:
-            ax.text(8.0, y, f"forward: {st['fwd']}\nbackward: {st['bwd']}", ha="left", va="center", fontsize=8,
-                    bbox=dict(boxstyle="round,pad=0.2", facecolor=PHASE_COLORS["backward"], edgecolor=COMM_COLOR))
-        if i + 1 < n:
-            ax.add_patch(FancyArrowPatch((2.35, y - 0.25), (2.35, y - 0.75), arrowstyle="->", mutation_scale=12))
-        ax.text(4.5, y - 0.5 if i + 1 < n else y - 0.42, f"{st['placement']} \u00b7 local {st['shape']}",
-                ha="left", va="center", fontsize=8, family="monospace")
+    draw_steps(ax, steps)
     ax.text(0.4, -0.75, barred("f: identity forward, all-reduce backward; f\u0304: all-reduce forward, identity backward"),
             ha="left", va="center", fontsize=8, color=COMM_COLOR)
     ax.set_title(barred(title or f"Megatron's MLP, t = {t}: f at its input, f\u0304 at its output "

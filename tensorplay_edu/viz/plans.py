@@ -84,10 +84,15 @@ def draw_overhead_ratios(rows, title=None):
 def draw_hf_layer(title=None):
     """One Hugging Face decoder layer under HF's own plan: the norms and the residual add whole on every rank
     (grey), the Linears and the attention / SiLU core split over the ranks (blue), an ``f`` in front of every
-    ``"colwise"`` Linear (5 a layer) and a ``g`` after each ``"rowwise"`` one (red circles)."""
+    ``"colwise"`` Linear (5 a layer) and a ``g`` after each ``"rowwise"`` one (red circles).
+
+    The residual stream is drawn as the data flows: the layer's input ``x`` feeds ``input_layernorm`` and, by
+    the line over the top, the first ``+ residual``; that sum ``h`` feeds ``post_attention_layernorm`` (the
+    line between the halves) and, straight down, the second ``+ residual``, whose sum is the layer's output.
+    Each skip line is tagged ``residual_x`` / ``residual_h`` (its ``gid``) for the tests."""
     fig, ax = plt.subplots(figsize=(10, 3.6))
     ax.set_axis_off()
-    ax.set(xlim=(-0.2, 11.2), ylim=(-0.65, 3.75))
+    ax.set(xlim=(-1.25, 11.2), ylim=(-0.65, 3.75))
 
     def box(x, y, text, color, w=1.3):
         ax.add_patch(Rectangle((x - w / 2, y - 0.22), w, 0.44, facecolor=color, edgecolor="black", lw=0.8))
@@ -120,11 +125,23 @@ def draw_hf_layer(title=None):
         comm(8.75, y0, r"$\bar{f}$")
         arrow(8.92, y0, 9.45, y0)
         box(9.9, y0, "+ residual", whole, w=0.9)
-        ax.text(10.45, y0, "whole\n[b, s, h]", va="center", fontsize=8)
+        ax.text(10.45, y0, ("h" if y0 > 1 else "out") + ": whole\n[b, s, h]", va="center", fontsize=8)
+
+    def path(points, gid):  # a polyline whose last segment ends in an arrow head
+        ax.add_line(Line2D([p[0] for p in points[:-1]], [p[1] for p in points[:-1]], lw=0.8, color="black", gid=gid))
+        arrow(*points[-2], *points[-1])
+
+    ax.text(-1.2, 2.55, "x: whole\n[b, s, h]", va="center", fontsize=8)             # the layer's input
+    arrow(-0.45, 2.55, 0.0, 2.55)
+    path([(-0.3, 2.55), (-0.3, 3.45), (9.9, 3.45), (9.9, 2.77)], "residual_x")     # x + attention's output
+    ax.text(5.0, 3.5, "residual: x, whole, no communication", ha="center", fontsize=7)
+    path([(9.9, 2.33), (9.9, 0.77)], "residual_h")                                  # h + the MLP's output
+    path([(9.9, 1.45), (-0.3, 1.45), (-0.3, 0.55), (0.0, 0.55)], "h_to_norm")       # h into the second norm
+    ax.text(5.0, 1.5, "h, whole, into the second half", ha="center", fontsize=7)
     ax.text(0.05, -0.2, "f: identity forward; backward, the all-reduce of the input gradient (HF's plan: one per "
             "Colwise Linear, 5 a layer)", fontsize=8)
     ax.text(0.05, -0.5, r"$\bar{f}$: the all-reduce of the partial sums forward; identity backward", fontsize=8)
     ax.legend([Rectangle((0, 0), 1, 1, fc=SPLIT_COLOR, ec="black"), Rectangle((0, 0), 1, 1, fc=whole, ec="black")],
-              ["split over the t ranks", "whole on every rank"], fontsize=8, loc="upper right", ncol=2)
+              ["split over the t ranks", "whole on every rank"], fontsize=8, loc="lower right", ncol=2)
     ax.set_title(title or "an HF decoder layer under its own plan: where f and $\\bar{f}$ sit", fontsize=10)
     return fig
