@@ -74,7 +74,7 @@ def test_no_fsdp_bar_is_not_labelled_with_fsdp():
 
 
 def test_the_gpu_line_names_the_gpu_given():
-    # An H200's 141 GB is not labelled "one H100"; H100 stays the default (notebooks 00 and 00b).
+    # An H200's 141 GB is not labelled "one H100"; H100 stays the default (notebook 00b).
     h200 = cluster.GPUS["h200"]
     for horizontal in (False, True):
         fig = viz.draw_memory_parts(PLANS, h200.hbm_bytes / 1e9, "t", horizontal=horizontal, gpu_name="H200")

@@ -1,12 +1,11 @@
-"""viz.plans: the loss-gap picture, the overhead ratios and the HF decoder layer (structure, not pixels)."""
+"""viz.plans: the loss-gap picture, the overhead ratios (structure, not pixels)."""
 
 import math
 
 import matplotlib.colors as mcolors
 import pytest
-from matplotlib.patches import Circle, Rectangle
 
-from tensorplay_edu.viz import COMM_COLOR, draw_hf_layer, draw_loss_gaps, draw_overhead_ratios
+from tensorplay_edu.viz import draw_loss_gaps, draw_overhead_ratios
 from tensorplay_edu.viz.plans import LOSS_GAP_FLOOR, PLAN_COLORS, TURNS_COLOR
 from figures import texts as _texts
 
@@ -49,32 +48,3 @@ def test_overhead_ratios_bars_run_from_one_to_the_ratio_with_their_interval():
     assert any(list(line.get_xdata()) == [1, 1] for line in ax.get_lines())  # the hand-written step, 1
     assert [t.get_text() for t in fig.legends[0].get_texts()] == [
         "in turns, median of the per-step ratios", "its 95 % interval", "launched apart, and its range"]
-
-
-def test_hf_layer_has_an_f_per_colwise_linear_and_a_g_per_rowwise():
-    fig = draw_hf_layer()
-    ax, = fig.axes
-    circles = [p for p in ax.patches if isinstance(p, Circle)]
-    assert all(mcolors.to_hex(c.get_facecolor()) == COMM_COLOR.lower() for c in circles)
-    texts = _texts(ax)
-    assert texts.count("f") == 5 and texts.count(r"$\bar{f}$") == 2 and len(circles) == 7
-    assert sum('"colwise"' in t for t in texts) == 5 and sum('"rowwise"' in t for t in texts) == 2
-    for name in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "o_proj", "down_proj"):
-        assert any(t.startswith(name + "\n") for t in texts), name
-    boxes = [p for p in ax.patches if isinstance(p, Rectangle)]
-    assert len(boxes) == 2 * 2 + 5 + 2 * 2  # norm and residual, 5 colwise, core and rowwise: per half
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["split over the t ranks", "whole on every rank"]
-
-
-def test_hf_layer_draws_the_residual_stream_as_the_data_flows():
-    # x skips over the first half into its + residual; h = that sum feeds the second norm and, straight down,
-    # the second + residual (the layer's output): each skip starts where its tensor is made.
-    ax, = draw_hf_layer().axes
-    lines = {line.get_gid(): list(zip(line.get_xdata(), line.get_ydata())) for line in ax.lines if line.get_gid()}
-    assert set(lines) == {"residual_x", "h_to_norm", "residual_h"}
-    residuals = [p.get_xy() for p in ax.patches if isinstance(p, Rectangle) and p.get_width() == 0.9]
-    res_x = {round(x + 0.45, 2) for x, _ in residuals}
-    assert res_x == {9.9} and lines["residual_x"][-1][0] == 9.9 == lines["residual_h"][0][0]   # both into + residual
-    assert lines["residual_x"][0][0] < 0 < lines["h_to_norm"][0][0]   # x before the first norm; h after the first sum
-    assert [t for t in _texts(ax) if t.endswith(": whole\n[b, s, h]")] == ["h: whole\n[b, s, h]", "out: whole\n[b, s, h]",
-                                                                          "x: whole\n[b, s, h]"]

@@ -1,9 +1,10 @@
 """torchtitan's ``apply_tp`` for its Llama, in our words: the plan the project grew from.
 
 torchtitan (``torchtitan/models/llama3/infra/parallelize.py``, until April 2026) parallelized a
-Llama with three calls of the same API this package implements; only the imports differ.
-Since pytorch/torchtitan#2963 (2026-04-27) per-module sharding configs replace ``apply_tp``.  This
-module is that ``apply_tp`` in its per-Linear-``f`` form: no sequence parallelism and no PrepareModuleInput, so the
+Llama with calls of the same API this package implements.  Since pytorch/torchtitan#2963 (2026-04-27)
+per-module sharding configs replace ``apply_tp``.  This module is a simplified ``apply_tp``, the text the
+project grew from: torchtitan's signature and flags, its calls with only the imports changed, but the
+per-Linear-``f`` plan (torchtitan's own ran sequence parallelism and PrepareModuleInput): so the
 embeddings and the output layer keep replicated activations at the edges of the model, and
 every block splits
 

@@ -78,8 +78,9 @@ SP_REASON = (
     "and the rotary cos/sin from them inside its own forward, from the shape of the tensor it holds: with "
     "sequence-sharded hidden states every rank would get positions 0..s/t-1 and a mask of the local length, "
     "while attention runs on the whole gathered sequence. SP needs the model to build positions, mask and "
-    "rotary tables for the global length (pass position_ids for the whole sequence, build the mask from it) "
-    "and its residual stream to stay sharded between those calls: a change to the model's forward, not a plan. "
+    "rotary tables for the global length (pass position_ids for the whole sequence, build the mask from it: "
+    "with padding or an explicit mask, one of the local length is wrong) and its residual stream to stay "
+    "sharded between those calls: more than a plan, and untested here, so this package refuses it. "
     "Use the vanilla plan (plan_from_hf without sequence parallelism), with loss_parallel=True for the logits.")
 
 
