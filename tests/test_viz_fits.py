@@ -73,6 +73,14 @@ def test_no_fsdp_bar_is_not_labelled_with_fsdp():
     matplotlib.pyplot.close(fig)
 
 
+def test_legend_without_fsdp_names_no_buffers():
+    # fsdp=False (notebook 00b's first picture: no layout with FSDP): the legend's bf16 weights say nothing of FSDP.
+    fig = viz.draw_memory_parts(PLANS, GPU_GB, "t", top=300, fsdp=False)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "bf16 weights" in legend and not any("FSDP" in text for text in legend), legend
+    matplotlib.pyplot.close(fig)
+
+
 def test_the_gpu_line_names_the_gpu_given():
     # An H200's 141 GB is not labelled "one H100"; H100 stays the default (notebook 00b).
     h200 = cluster.GPUS["h200"]

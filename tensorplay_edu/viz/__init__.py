@@ -24,7 +24,8 @@ patches and texts):
 ``mlp``           Megatron's MLP on one rank: f, ColwiseParallel, ReLU, RowwiseParallel, f̄
 ``zoo``           the bug zoo: a view's head groups, each bug's size
 ``costs``         what a step costs: TP's overhead on a CPU, setups and layouts at scale, TP's intensity
-``addends``       a Partial tensor's addends with their values, summed; an all-to-all as a grid of tiles
+``addends``       a Partial tensor's addends with their values, summed
+``alltoall``      an all-to-all's pieces, each in its source rank's colour before and after
 ``links``         a collective's α–β time per link; a layer's compute against its TP traffic
 ``fits``          what fits on one GPU: a layout's memory per GPU in four groups, against the GPU
 ``style``         the palette and labels shared by all of them
@@ -53,7 +54,8 @@ from .sandwich import draw_prepare_sandwich, sandwich_steps
 from .mlp import draw_mlp, mlp_comms, mlp_steps
 from .nodes import draw_mesh_grid, draw_nodes, node_groups
 from .hf_layer import draw_layer_plan
-from .addends import draw_addends, draw_all_to_all, tile_moves
+from .addends import draw_addends
+from .alltoall import draw_all_to_all
 from .plans import draw_loss_gaps, draw_overhead_ratios
 from .ring import draw_ring, draw_ring_step_costs, draw_schedules, draw_step_grid, ring_steps
 from .runs import (draw_comm_chart, draw_flow, draw_grad_sync_order, draw_memory, draw_relative_differences,
@@ -83,6 +85,6 @@ __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory
            "mlp_steps", "mlp_comms", "draw_mlp",
            "ring_steps", "draw_ring", "draw_schedules", "draw_step_grid", "draw_ring_step_costs",
            "saved_chunks", "wanted_chunks", "reads", "draw_checkpoint", "node_groups", "draw_nodes", "draw_mesh_grid",
-           "draw_loss_gaps", "draw_overhead_ratios", "draw_layer_plan", "draw_addends", "draw_all_to_all", "tile_moves",
+           "draw_loss_gaps", "draw_overhead_ratios", "draw_layer_plan", "draw_addends", "draw_all_to_all",
            "draw_bug_sizes", "draw_view_groups",
            "draw_tp_overhead", "draw_setups", "draw_tp_intensity", "draw_layouts"]

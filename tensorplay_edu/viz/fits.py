@@ -26,10 +26,11 @@ def memory_groups(parts: dict) -> dict:
 
 
 def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: bool = False, top: float | None = None,
-                      usable_gb: float | None = None, gpu_name: str = "H100"):
+                      usable_gb: float | None = None, gpu_name: str = "H100", fsdp: bool = True):
     """Stacked bars of memory per GPU, one per layout of ``plans`` ({name: {cluster.memory part: GB}}), in the four
     groups, with a dashed line at one GPU (``gpu_gb``, labelled with ``gpu_name``) and, if given, a dotted one at what a plan may use
-    (``usable_gb``). Vertical bars by default: a bar over ``top`` GB is cut there, its total marked "(cut)" and its
+    (``usable_gb``). ``fsdp=False``: no layout shards with FSDP, so the legend's bf16 weights say nothing of its buffers.
+    Vertical bars by default: a bar over ``top`` GB is cut there, its total marked "(cut)" and its
     four groups written inside it; a total that would cross a line is written above the lines, in black. ``horizontal=True``: one row per layout, totals to the right, clear of the lines."""
     names = list(plans)
     groups = {name: memory_groups(parts) for name, parts in plans.items()}
@@ -40,7 +41,8 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
         size = [groups[name][group] if top is None else min(groups[name][group], max(top - base, 0))
                 for name, base in zip(names, low)]
         draw = ax.barh if horizontal else ax.bar
-        draw(range(len(names)), size, color=color, edgecolor="black", linewidth=0.5, label=MEMORY_GROUP_LABELS[group],
+        label = MEMORY_GROUP_LABELS[group] if fsdp or group != "bf16 weights" else "bf16 weights"
+        draw(range(len(names)), size, color=color, edgecolor="black", linewidth=0.5, label=label,
              **({"left": low, "height": 0.7} if horizontal else {"bottom": low, "width": 0.6}))
         low = [base + v for base, v in zip(low, size)]
     lines = [(gpu_gb, f"one {gpu_name}: {gpu_gb:.1f} GB", "--")] + ([(usable_gb, f"usable: {usable_gb:.1f}", ":")] if usable_gb else [])

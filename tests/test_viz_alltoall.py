@@ -1,0 +1,29 @@
+"""The all-to-all picture: every piece keeps its source rank's colour on both sides (tensorplay_edu.viz.alltoall)."""
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from tensorplay_edu.viz.alltoall import draw_all_to_all
+from tensorplay_edu.viz.style import RANK_COLORS
+
+
+def test_after_side_is_assembled_from_every_rank():
+    fig = draw_all_to_all(4, (8, 8))
+    patches = {p.get_gid(): p for ax in fig.axes for p in ax.patches}
+    for r in range(4):
+        for j in range(4):
+            for side in ("before", "after"):
+                color = patches[f"{side} piece {r},{j}"].get_facecolor()
+                assert color == pytest.approx(matplotlib.colors.to_rgba(RANK_COLORS[r])), (side, r, j)
+    after = [t.get_text() for t in fig.axes[1].texts]
+    # after: each column (rank j) holds one piece from every rank, 4 columns of 4
+    assert sorted(after) == sorted([f"from {r}" for r in range(4) for _ in range(4)] + [f"rank {j}" for j in range(4)])
+    assert [t.get_text() for t in fig.axes[0].texts].count("-> 2") == 4   # every rank sends a piece to rank 2
+    matplotlib.pyplot.close(fig)
+
+
+def test_shape_must_divide():
+    with pytest.raises(ValueError, match="draw_all_to_all"):
+        draw_all_to_all(4, (6, 8))
