@@ -12,7 +12,6 @@ patches and texts):
 ``timelines``     compute beside transfers in time: a run's intervals, one timeline per ring
 ``float8``        float8's values, why its amax is global, a step's bytes by dtype
 ``block``         one transformer block as the plans cut it: f, f̄ (SP: g, ḡ), residual skips
-``block_labels``  the same block, its module and collective names in words (notebook 03)
 ``ring``          a collective's ring schedule, step by step; async TP's schedules and step costs
 ``checkpoint``    a DCP checkpoint's saved chunks and what each rank reads back
 ``nodes``         which ranks of which node form each group of a (dp, tp) mesh
@@ -40,7 +39,6 @@ Every public name is importable from ``tensorplay_edu.viz`` itself.
 """
 
 from .block import block_changes, block_steps, draw_block, draw_block_pair, draw_steps
-from .block_labels import WORDS, draw_readable_block, readable_steps
 from .checkpoint import draw_checkpoint, reads, saved_chunks, wanted_chunks
 from .float8 import draw_amax_slices, draw_bytes_by_kind, draw_float8_values
 from .gradients import draw_move_and_gradient
@@ -78,7 +76,7 @@ __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory
            "draw_timeline", "draw_ring_timelines",
            "draw_float8_values", "draw_amax_slices", "draw_bytes_by_kind",
            "block_steps", "draw_block", "block_changes", "draw_block_pair", "draw_steps",
-           "WORDS", "readable_steps", "draw_readable_block", "cut_rows", "draw_head_cuts",
+           "cut_rows", "draw_head_cuts",
            "draw_alpha_beta", "draw_layer_verdict",
            "draw_vocab_owners", "draw_logits_and_gradient", "draw_wire_bytes", "draw_vocab_addends",
            "draw_prepare_sandwich", "sandwich_steps",
