@@ -100,9 +100,9 @@ def _layer_saved_bytes(model, step) -> int:
 
 def activation_formula(config: str, plan: str, world: int) -> int:
     """Bytes one block saves for backward per rank: Korthikanti et al. 2022 adapted to this
-    Llama in notebooks/04_sequence_parallel.ipynb (SwiGLU, no dropout, SDPA saving a
+    Llama in notebooks/04b_sp_memory_at_scale.ipynb (SwiGLU, no dropout, SDPA saving a
     log-sum-exp): TP = p[6sbh + 2sb + (4sbh + 4sbf + asb)/t], TP+SP = p[2sbh + (8sbh + 4sbf + (a+2)sb)/t].
-    Notebook 04's formula adds the RoPE tables' slices (2s hd p); they are the model's buffers now,
+    Notebook 04b's formula adds the RoPE tables' slices (2s hd p); they are the model's buffers now,
     which the measurement (_layer_saved_bytes) leaves out with the parameters."""
     c = CONFIGS[config]
     s, b, h, a, t, p = c["seq"], c["batch"], c["dim"], 8, world, 4

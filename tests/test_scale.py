@@ -66,7 +66,7 @@ def test_memory_conventions():
     out, blk = M70.vocab * M70.dim / 2, M70.layer_params() / 2
     assert fsdp["working"] == pytest.approx(2 * (out + blk) + 6 * out)
     assert memory(M70, Setup(tp=2, dp=4, fsdp=True, reduce_fp32=False))["working"] == pytest.approx(2 * (out + blk) + 4 * out)
-    # activations: L blocks of this Llama's count (notebook 04's 51.4 GB for 70B at TP 8 + SP, 8k tokens)
+    # activations: L blocks of this Llama's count (notebook 04b's 51.4 GB for 70B at TP 8 + SP, 8k tokens)
     sp8, tp8 = memory(M70, Setup(tp=8, sp=True)), memory(M70, Setup(tp=8))
     sbh = 8192 * M70.dim
     for setup, got in ((Setup(), base), (Setup(tp=8), tp8), (Setup(tp=8, sp=True), sp8)):
@@ -90,7 +90,7 @@ def test_memory_conventions():
     assert tp8["logits"] == LOGIT_PEAK_BYTES[2]["gathered"] * 8192 * M70.vocab == 12 * 8192 * M70.vocab
     assert memory(M70, Setup(tp=8, loss_parallel=True))["logits"] == 10 * 8192 * M70.vocab / 8
     assert memory(M70, Setup(tp=8, loss_parallel=True, dtype_bytes=4))["logits"] == 8 * 8192 * M70.vocab / 8
-    # PyTorch's own loss_parallel (16 bytes, notebook 05) when the Setup says so; ours by default
+    # PyTorch's own loss_parallel (16 bytes, notebook 05b) when the Setup says so; ours by default
     assert all(LOGIT_PEAK_BYTES[p]["pytorch_loss_parallel"] == 16 for p in (2, 4))
     pt = memory(M70, Setup(tp=8, loss_parallel=True, loss="pytorch"))
     assert pt["logits"] == 16 * 8192 * M70.vocab / 8 and pt["weights"] == tp8["weights"]
@@ -452,7 +452,7 @@ def _saved_per_layer(plans):
 
 @pytest.mark.parametrize("world", [1, 2, 4])
 def test_llama_activations_are_what_the_model_saves(world):
-    """scale.llama_activations (notebook 04's count) equals the bytes block 0 saves, to the byte."""
+    """scale.llama_activations (notebook 04b's count) equals the bytes block 0 saves, to the byte."""
     tiny = Model("tiny", layers=2, dim=64, heads=8, kv_heads=4, ffn=96, vocab=40)
     plans = ["none"] if world == 1 else ["vanilla", "full"]
     got = launch(_saved_per_layer, world, plans)

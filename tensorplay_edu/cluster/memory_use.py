@@ -1,8 +1,8 @@
 """Memory per GPU, by component: the half of :mod:`tensorplay_edu.cluster` that counts bytes.
 
-What one block saves for backward (this package's Llama, measured to the byte in notebook 04, or
+What one block saves for backward (this package's Llama, measured to the byte in notebook 04, counted in 04b, or
 Korthikanti et al.'s GPT layer) under each activation-checkpointing mode, the loss's peak (measured in
-notebook 05), FSDP's transient buffers, and the weights, gradients and optimizer state of mixed-precision
+notebook 05b), FSDP's transient buffers, and the weights, gradients and optimizer state of mixed-precision
 AdamW under TP and FSDP. Import it from ``tensorplay_edu.cluster``.
 """
 
@@ -35,7 +35,7 @@ def korthikanti_activations(seq, batch, dim, heads, tp=1, sp=False, flash=False)
 
 def llama_activations(model: Model, setup: Setup) -> dict[str, float]:
     """Bytes one block of this package's Llama saves for backward, per GPU, by component: notebook 04
-    reads them off each operation and measures them to the byte on a small model. In elements
+    measures them to the byte on a small model, and 04b reads them off each operation. In elements
     (``p = dtype_bytes`` each; SDPA's log-sum-exp is float32, 4 bytes):
 
     * norms: each RMSNorm keeps its input, ``x/rms`` and ``1/rms``: 2·(2sbh + sb); SP divides by t;
@@ -51,11 +51,11 @@ def llama_activations(model: Model, setup: Setup) -> dict[str, float]:
             "MLP": 4 * sb * model.ffn * p / t}
 
 
-# The loss's peak, in bytes per logit, as notebook 05 measures it (bf16 logits upcast to float32 for the
+# The loss's peak, in bytes per logit, as notebook 05b measures it (bf16 logits upcast to float32 for the
 # loss, as torchtitan; the caller drops the logits): gathered, the float32 log-softmax the loss saved (4)
 # and two temporaries in backward, its gradient coming in and going out (8); loss_parallel, the bf16
 # logits, their float32 copy and one softmax buffer that becomes the gradient. float32 logits: 12 and 8.
-# "pytorch_loss_parallel": PyTorch 2.13's own loss_parallel, eager, as notebook 05 measures it (its saved
+# "pytorch_loss_parallel": PyTorch 2.13's own loss_parallel, eager, as notebook 05b measures it (its saved
 # log-softmax and three temporaries in backward: 16 for either dtype), counted for Setup(loss="pytorch").
 LOGIT_PEAK_BYTES = {2: {"gathered": 12, "loss_parallel": 10, "pytorch_loss_parallel": 16},
                     4: {"gathered": 12, "loss_parallel": 8, "pytorch_loss_parallel": 16}}

@@ -1,4 +1,4 @@
-"""What a step costs (notebook 07b): what TP adds to a step on a CPU, predicted beside measured; memory and
+"""What a step costs (notebooks 07b and 07c): what TP adds to a step on a CPU, predicted beside measured; memory and
 step time of a few setups at scale; the arithmetic intensity of TP per link; and the planner's best layouts
 with their error bands.
 
