@@ -16,10 +16,27 @@ def _cells(path):
     return [(c["cell_type"], "".join(c["source"])) for c in json.loads(path.read_text())["cells"]]
 
 
+FIRST = ["00_launching_ranks.ipynb", "00b_why_tp.ipynb", "01_placements_and_dtensor.ipynb", "02_colwise_rowwise.ipynb",
+         "02b_attention.ipynb"]
+
+
 def test_the_series_is_there_in_order():
-    assert NAMES[:5] == ["00_launching_ranks.ipynb", "00b_why_tp.ipynb", "01_placements_and_dtensor.ipynb",
-                         "02_colwise_rowwise.ipynb", "02b_attention.ipynb"], NAMES
+    """Ranks first, then why TP, placements, the two Linear styles and attention; a companion may sit between."""
+    assert NAMES[0] == FIRST[0] and [name for name in NAMES if name in FIRST] == FIRST, NAMES
     assert len(NAMES) >= 13
+
+
+def test_a_first_pass_can_skip_each_companion():
+    """The README marks a companion ("*companion of ..."); the notebook before it links, in its Next cell, the
+    companion and the notebook after it, so that a first pass can go straight on."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    companions = re.findall(r"\]\(notebooks/([^)]+\.ipynb)\) \| \d+ \| \*companion of ", readme)
+    assert companions, "the README marks no companion"
+    for name in companions:
+        i = NAMES.index(name)
+        after = NAMES[i + 1] if i + 1 < len(NAMES) else "../README.md"
+        kind, last = _cells(NOTEBOOKS[i - 1])[-1]
+        assert f"]({name})" in last and f"]({after})" in last, f"{NAMES[i - 1]}: 'Next' should link {name} and {after}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
@@ -214,3 +231,12 @@ def test_every_cell_has_an_id(path):
     cells = json.loads(path.read_text())["cells"]
     ids = [cell.get("id") for cell in cells]
     assert all(ids) and len(set(ids)) == len(ids), f"{path.name}: cells {[i for i, x in enumerate(ids) if not x]} lack an id"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
+def test_no_control_characters_in_the_cells(path):
+    """A cell written from a Python string that was not raw turns LaTeX's `\\text` and `\\frac` into a tab and a
+    form feed: JupyterLab then renders garbage, and nbval, which compares outputs, never notices."""
+    for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+        bad = {ch for ch in "".join(cell["source"]) if ord(ch) < 32 and ch != "\n"}
+        assert not bad, f"{path.name} cell {i}: control characters {sorted(map(repr, bad))}; write it from a raw string"

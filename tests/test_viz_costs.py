@@ -6,25 +6,13 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from tensorplay_edu.viz import draw_layouts, draw_setups, draw_tp_intensity, draw_tp_overhead  # noqa: E402
+from tensorplay_edu.viz import draw_layouts, draw_setups, draw_tp_intensity  # noqa: E402
 
 GIB = 2**30
 
 
 def _bars(ax, kind):
     return {p.get_gid(): p for p in ax.patches if (p.get_gid() or "").startswith(kind)}
-
-
-def test_overhead_bars_dashes_and_dots_are_the_numbers_given():
-    fig = draw_tp_overhead(["h = 64", "h = 128"], [0.030, 0.034], [0.036, 0.040], [0.051, 0.082])
-    ax = fig.axes[0]
-    bars = _bars(ax, "collectives")
-    assert [bars[f"collectives {i}"].get_height() for i in range(2)] == pytest.approx([30, 34])
-    dots = ax.lines[0].get_ydata()
-    assert list(dots) == pytest.approx([51, 82])
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["h = 64", "h = 128"]
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert any(label.startswith("measured") for label in labels) and sum(x.startswith("predicted") for x in labels) == 2
 
 
 def test_setups_stack_memory_parts_and_time_lanes():

@@ -1,32 +1,12 @@
-"""viz.plans: the loss-gap picture, the overhead ratios (structure, not pixels)."""
+"""viz.plans: the overhead ratios (structure, not pixels)."""
 
-import math
 
 import matplotlib.colors as mcolors
 import pytest
 
-from tensorplay_edu.viz import draw_loss_gaps, draw_overhead_ratios
-from tensorplay_edu.viz.plans import LOSS_GAP_FLOOR, PLAN_COLORS, TURNS_COLOR
+from tensorplay_edu.viz import draw_overhead_ratios
+from tensorplay_edu.viz.plans import TURNS_COLOR
 from figures import texts as _texts
-
-
-def test_loss_gaps_draw_nonzero_gaps_as_dots_and_zeros_on_the_bottom_edge():
-    ref = [4.0, 2.0, 1.0]
-    gaps = {"apply_tp": [0.0, 2e-16, 0.0], "vanilla": [4e-16, 0.0, 0.0], "full": [0.0, 0.0, 1e-16]}
-    fig = draw_loss_gaps(gaps, ref)
-    ax, = fig.axes
-    assert ax.get_yscale() == "log" and ax.get_ylim()[0] == pytest.approx(LOSS_GAP_FLOOR)
-    lines = {line.get_label(): line for line in ax.get_lines()}
-    assert list(lines["one float64 step at the loss (ulp)"].get_ydata()) == [math.ulp(x) for x in ref]
-    for name, gap in gaps.items():  # a dot per nonzero gap, in the plan's colour
-        dots = lines[name]
-        assert list(dots.get_ydata()) == [d for d in gap if d > 0]
-        assert mcolors.to_hex(dots.get_color()) == PLAN_COLORS[name]
-    zeros = [line for line in ax.get_lines() if line.get_marker() == "v" and len(line.get_xdata())]
-    assert sum(len(line.get_xdata()) for line in zeros) == sum(d == 0 for gap in gaps.values() for d in gap)
-    assert all(y == pytest.approx(1.5 * LOSS_GAP_FLOOR) for line in zeros for y in line.get_ydata())
-    assert any(line.get_ydata()[0] == 1e-12 for line in ax.get_lines() if line.get_linestyle() == ":")
-    assert "the check's bound, 1e-12" in _texts(ax)
 
 
 def test_overhead_ratios_bars_run_from_one_to_the_ratio_with_their_interval():

@@ -54,17 +54,20 @@ from .nodes import draw_mesh_grid, draw_nodes, node_groups
 from .hf_layer import draw_layer_plan
 from .addends import draw_addends
 from .alltoall import draw_all_to_all
-from .plans import draw_loss_gaps, draw_overhead_ratios
+from .plans import draw_overhead_ratios
 from .ring import draw_ring, draw_ring_step_costs, draw_schedules, draw_step_grid, ring_steps
 from .runs import (draw_comm_chart, draw_flow, draw_grad_sync_order, draw_memory, draw_relative_differences,
                    trace_flow)
 from .style import (COMM_COLOR, FLOAT8_COLOR, FLOAT8_STYLE, LANE_COLORS, PARTIAL_HATCH, PHASE_COLORS, RANK_COLORS,
                     SHARED_COLOR, comm_label, float8_tag)
 from .timelines import draw_ring_timelines, draw_timeline
-from .costs import draw_layouts, draw_setups, draw_tp_intensity, draw_tp_overhead
+from .costs import draw_layouts, draw_setups, draw_tp_intensity
+from .overhead import draw_overhead_parts
+from .async_gaps import draw_async_tp_gaps
 from .links import draw_alpha_beta, draw_layer_verdict
 from .fits import MEMORY_GROUP_COLORS, MEMORY_GROUPS, draw_memory_parts, memory_groups
-from .zoo import draw_bug_sizes, draw_view_groups
+from .zoo import draw_view_groups
+from .bug_gaps import draw_bug_gaps
 
 __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory_parts",
            "COMM_COLOR", "RANK_COLORS", "SHARED_COLOR", "PARTIAL_HATCH", "FLOAT8_COLOR", "FLOAT8_STYLE", "LANE_COLORS",
@@ -83,6 +86,6 @@ __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory
            "mlp_steps", "mlp_comms", "draw_mlp",
            "ring_steps", "draw_ring", "draw_schedules", "draw_step_grid", "draw_ring_step_costs",
            "saved_chunks", "wanted_chunks", "reads", "draw_checkpoint", "node_groups", "draw_nodes", "draw_mesh_grid",
-           "draw_loss_gaps", "draw_overhead_ratios", "draw_layer_plan", "draw_addends", "draw_all_to_all",
-           "draw_bug_sizes", "draw_view_groups",
-           "draw_tp_overhead", "draw_setups", "draw_tp_intensity", "draw_layouts"]
+           "draw_overhead_ratios", "draw_layer_plan", "draw_addends", "draw_all_to_all",
+           "draw_bug_gaps", "draw_view_groups",
+           "draw_overhead_parts", "draw_async_tp_gaps", "draw_setups", "draw_tp_intensity", "draw_layouts"]

@@ -1,5 +1,5 @@
-"""What a step costs (notebooks 07b and 07c): what TP adds to a step on a CPU, predicted beside measured; memory and
-step time of a few setups at scale; the arithmetic intensity of TP per link; and the planner's best layouts
+"""What a step costs at scale (notebook 07c; what TP adds on a CPU: :mod:`.overhead`, 07b): memory and
+step time of a few setups; the arithmetic intensity of TP per link; and the planner's best layouts
 with their error bands.
 
 Every function takes numbers already computed (by ``tensorplay_edu.cluster`` or a measurement) and only
@@ -27,28 +27,6 @@ def _memory_by_part(ax, memory: list):
             ax.barh(i, nbytes / GIB, left=left, color=colors[part], label=part if i == 0 else None,
                     gid=f"memory {i} {part}")
             left += nbytes / GIB
-
-
-def draw_tp_overhead(labels, collectives, predicted, measured, title=None):
-    """One column per configuration (``labels``): a bar for the predicted collectives' seconds, a black
-    dash for the whole prediction, a dot for the measured overhead (all in seconds, drawn in ms).
-    Bar gids: ``"collectives <i>"``."""
-    x = range(len(labels))
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    bars = ax.bar(x, [c * 1e3 for c in collectives], width=0.6, color=LANE_COLORS["transfer"],
-                  label="predicted: the collectives (α, β)")
-    for i, bar in enumerate(bars):
-        bar.set_gid(f"collectives {i}")
-    ax.hlines([p * 1e3 for p in predicted], [i - 0.3 for i in x], [i + 0.3 for i in x], color="black", linewidth=2,
-              label="predicted: + the plan without collectives\n   + the thinner matmuls")
-    ax.plot(list(x), [m * 1e3 for m in measured], "o", color="black", markersize=8,
-            label="measured: TP 2 step - one process on half the batch")
-    ax.set_xticks(list(x), list(labels))
-    ax.set(ylabel="ms per step", ylim=(0, None),
-           title=title or "What TP 2 adds to a training step on this CPU: predicted, then measured")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    fig.tight_layout()
-    return fig
 
 
 def draw_setups(memory: dict, times: dict, hbm_bytes: float, usable_bytes: float, title: str):

@@ -1,4 +1,4 @@
-"""One Hugging Face decoder layer under a tensor-parallel plan (notebook 12), drawn from one function:
+"""One Hugging Face decoder layer under a tensor-parallel plan (notebook 12b), drawn from one function:
 HF's own plan, where every ``"colwise"`` Linear pays its own ``f``, or the fixed plan, where one
 ``PrepareModuleInput`` per half puts a single ``f`` in front of all of that half's readers.
 

@@ -1,48 +1,14 @@
-"""Pictures of whole-model plans (notebooks 06 and 06b): how far a plan's losses are from one process's,
-and what the package costs against the hand-written floor (an HF decoder layer's plan: :mod:`.hf_layer`).
-Each function returns the Figure.
+"""A picture of whole-model plans (notebook 06b): what the package costs against the hand-written floor (an HF
+decoder layer's plan: :mod:`.hf_layer`). It returns the Figure.
 """
 
 from __future__ import annotations
-
-import math
 
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-
-PLAN_COLORS = {"apply_tp": "#1b9e77", "vanilla": "#d95f02", "full": "#7570b3"}  # plans, not ranks
-LOSS_GAP_FLOOR = 1e-18  # where an exact 0 is drawn on the log axis (a log axis has no 0)
 TURNS_COLOR = "#5A5A5A"  # ours/hand taken in turns (not a rank colour)
-
-
-def draw_loss_gaps(gaps, ref_losses, bound: float = 1e-12, title=None):
-    """``|loss - single device|`` at every step, one colour per plan (``gaps``: {plan: [gap per step]}), on a
-    log axis: the grey line is one float64 unit in the last place of the loss (``math.ulp``), the dotted line
-    the check's ``bound``; an exact 0 (no place on a log axis) is a hollow triangle on the bottom edge."""
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    steps = range(len(ref_losses))
-    ax.plot(steps, [math.ulp(x) for x in ref_losses], color="gray", linewidth=2, alpha=0.6,
-            label="one float64 step at the loss (ulp)")
-    n = len(gaps)
-    for k, (name, gap) in enumerate(gaps.items()):
-        color = PLAN_COLORS.get(name, f"C{k}")
-        xs = [i + (k - (n - 1) / 2) * 0.15 for i in steps]  # the plans side by side at each step
-        ax.plot([x for x, d in zip(xs, gap) if d > 0], [d for d in gap if d > 0], "o", color=color, markersize=5,
-                label=name)
-        zeros = [x for x, d in zip(xs, gap) if d == 0]
-        ax.plot(zeros, [LOSS_GAP_FLOOR * 1.5] * len(zeros), "v", mfc="none", color=color, markersize=6, clip_on=False)
-    ax.plot([], [], "v", mfc="none", color="gray", label="exactly 0 (hollow, bottom edge)")
-    ax.axhline(bound, color="black", linestyle=":", linewidth=1)
-    ax.text(len(ref_losses) - 1, bound * 1.6, f"the check's bound, {bound:g}", ha="right", fontsize=8)
-    ax.set_yscale("log")
-    ax.set_ylim(LOSS_GAP_FLOOR, bound * 100)
-    ax.set(xlabel="training step", ylabel="|loss - single device|")
-    ax.set_title(title or "each plan's loss against one process: rounding, or exactly 0 (bottom)", fontsize=10)
-    ax.legend(fontsize=8, loc="center right")
-    fig.tight_layout()
-    return fig
 
 
 def draw_overhead_ratios(rows, title=None):

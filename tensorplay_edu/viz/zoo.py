@@ -1,17 +1,14 @@
-"""The bug zoo's pictures (notebook 08): what an attention ``view`` calls a head on each rank, and how
-large each bug's error is against the quantity it spoils.
+"""The bug zoo's picture (notebook 08): what an attention ``view`` calls a head on each rank (how large each
+bug's error is: :mod:`tensorplay_edu.viz.bug_gaps`, notebook 08c).
 """
 
 from __future__ import annotations
-
-import math
 
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.patches import Rectangle
 
 HEAD_COLORS = plt.cm.Pastel2.colors  # one colour per true head (not the rank palette)
-BUG_COLOR = "#B2182B"
 
 
 def draw_view_groups(views: dict, heads: int, head_dim: int, t: int, title: str | None = None):
@@ -57,48 +54,6 @@ def draw_view_groups(views: dict, heads: int, head_dim: int, t: int, title: str 
     ax.set_title(title or f"what attention treats as a head on each rank (t = {t}, H = {heads}, hd = {head_dim})",
                  fontsize=10)
     for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
-    fig.tight_layout()
-    return fig
-
-
-def _short(x: float) -> str:
-    return "0" if x == 0 else f"{x:.0e}"
-
-
-def draw_bug_sizes(rows: dict, bound: float = 1e-12, title: str | None = None):
-    """One bar per bug on one shared axis: the relative error of the quantity that bug spoils, its largest
-    error against one process divided by the largest one-process value of that same quantity
-    (``error / scale``), on a log axis in percent.
-
-    ``rows`` maps a bug's name to ``{"quantity": str, "bug": float, "scale": float, "fixed": float}``:
-    ``quantity`` names what the bug spoils (the update of a clipped step, not the parameters it is added to;
-    the gradients a skipped plan entry leaves partial, not every gradient), ``scale`` is that quantity's
-    largest one-process magnitude, ``bug`` and ``fixed`` the largest absolute error with the bug and once
-    fixed. Each bar is labelled with its relative error; the row says what it spoils and the error once
-    fixed, and the title names ``bound``, the checks' tolerance every fix stays under (bar gids
-    ``"bug <name>"``)."""
-    names = list(rows)
-    rel = [rows[n]["bug"] / rows[n]["scale"] for n in names]
-    lo = 10.0 ** (math.floor(math.log10(min(rel))) - 1)
-    hi = 10.0 ** math.ceil(math.log10(2 * max(rel)))  # room for the labels
-    fig, ax = plt.subplots(figsize=(9.5, 0.55 * len(names) + 1.4))
-    bars = ax.barh(range(len(names)), [v - lo for v in rel], left=lo, color=BUG_COLOR, height=0.55)
-    for bar, name, v in zip(bars, names, rel):
-        bar.set_gid(f"bug {name}")
-        ax.text(v * 1.15, bar.get_y() + bar.get_height() / 2, f"{v:.1%}", va="center", fontsize=9)
-    ax.set_xscale("log")
-    ax.set_xlim(lo, hi)
-    ax.xaxis.set_major_formatter(lambda x, _: f"{100 * x:g}%")
-    ax.set_yticks(range(len(names)))
-    ax.set_yticklabels([f"{n}\nspoils {rows[n]['quantity']}; fixed: {_short(rows[n]['fixed'])}" for n in names],
-                       fontsize=8.5)
-    ax.tick_params(axis="y", length=0, pad=6)
-    ax.invert_yaxis()
-    ax.set_xlabel("relative error of the quantity the bug spoils (log axis): largest |parallel - one process|"
-                  "  /  largest |one-process value|", fontsize=9)
-    ax.set_title(title or f"how much each bug spoils what it touches (every fix: under {bound:.0e})", fontsize=10)
-    for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     fig.tight_layout()
     return fig
