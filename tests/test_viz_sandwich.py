@@ -1,4 +1,4 @@
-"""PrepareModuleInputOutput's sandwich (notebook 03, section 6c): boxes, labels and shapes (not pixels)."""
+"""PrepareModuleInputOutput's sandwich (notebook 03, section 5c): boxes, labels and shapes (not pixels)."""
 
 import matplotlib
 from matplotlib.patches import FancyBboxPatch

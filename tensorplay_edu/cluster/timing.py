@@ -161,8 +161,9 @@ def tp_rings(model: Model, setup: Setup, gpu: GPU, eff: Efficiency = CALIBRATED)
     chunks whose sums travel while the next is computed. In backward it does the same for the gathered
     output gradients of wo and w2 (their input-gradient matmuls); the reduce-scatters fed by several
     matmuls (wq + wk + wv, w1 + w3), the norm all-reduces and float8's amaxes stay whole. A transfer
-    hides only under its own ring's matmul (notebook 10 §6). Each is priced as NCCL's collective though
-    PyTorch's async TP moves the chunks with SymmetricMemory copies: an approximation.
+    hides only under its own ring's matmul (notebook 10, section 1; priced in notebook 10b). Each is
+    priced as NCCL's collective though PyTorch's async TP moves the chunks with SymmetricMemory copies:
+    an approximation.
 
     Activation checkpointing reruns forward collectives (phase ``"recompute"``): full AC all four (two
     without SP); torchtitan's per-op SAC saves the reduce-scatters' outputs, so reruns the two gathers

@@ -9,7 +9,8 @@ reads them from whichever saved chunks overlap them.  That is resharding, for fr
 
 A parallelized parameter is a plain ``nn.Parameter`` holding this rank's piece, so a plain
 ``model.state_dict()`` would hand DCP a tensor of the *local* shape under the same name on
-every rank, which DCP takes for a replica: it keeps rank 0's piece and drops the others.
+every rank, which DCP takes for a replica: it keeps one rank's piece (the rank with the least storage
+planned so far, not necessarily rank 0) and drops the others.
 So a tensor-parallel module's ``state_dict()`` hands out a :class:`Piece` (piece.py) instead:
 a tensor of the parameter's single-device size holding this rank's local tensor and its
 offsets in the whole, which DCP asks which chunk it holds.  Nothing is gathered: no rank

@@ -15,14 +15,18 @@ patches and texts):
 ``ring``          a collective's ring schedule, step by step; async TP's schedules and step costs
 ``checkpoint``    a DCP checkpoint's saved chunks and what each rank reads back
 ``nodes``         which ranks of which node form each group of a (dp, tp) mesh
-``plans``         whole-model plans: loss gaps, the cost over a hand-written floor
+``plans``         whole-model plans: the cost over a hand-written floor
 ``hf_layer``      an HF decoder layer under HF's own plan or the fixed one: where f and f̄ sit
+``qkv_rows``      a fused qkv weight's rows in two orders, and each rank's slice of them
 ``logits``        the vocabulary split: who owns which ids, the logits and their gradient, the bytes
 ``vocab``         the vocab-parallel lookup as a sum: each rank's mostly-zero addend, then the lookup
 ``sandwich``      PrepareModuleInputOutput's g in front of a module and ḡ after it, both ways
 ``mlp``           Megatron's MLP on one rank: f, ColwiseParallel, ReLU, RowwiseParallel, f̄
-``zoo``           the bug zoo: a view's head groups, each bug's size
-``costs``         what a step costs: TP's overhead on a CPU, setups and layouts at scale, TP's intensity
+``zoo``           the bug zoo: a view's head groups
+``bug_gaps``      each bug's error with it and once fixed, on one log axis
+``costs``         what a step costs at scale: setups and layouts, TP's intensity
+``overhead``      what TP adds to a step on a CPU: the prediction in its parts beside the measurement
+``async_gaps``    async TP's modelled gains against published ones, and the gap per ring step
 ``addends``       a Partial tensor's addends with their values, summed
 ``alltoall``      an all-to-all's pieces, each in its source rank's colour before and after
 ``links``         a collective's α–β time per link; a layer's compute against its TP traffic
@@ -68,6 +72,7 @@ from .links import draw_alpha_beta, draw_layer_verdict
 from .fits import MEMORY_GROUP_COLORS, MEMORY_GROUPS, draw_memory_parts, memory_groups
 from .zoo import draw_view_groups
 from .bug_gaps import draw_bug_gaps
+from .qkv_rows import draw_qkv_rows
 
 __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory_parts",
            "COMM_COLOR", "RANK_COLORS", "SHARED_COLOR", "PARTIAL_HATCH", "FLOAT8_COLOR", "FLOAT8_STYLE", "LANE_COLORS",
@@ -87,5 +92,5 @@ __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory
            "ring_steps", "draw_ring", "draw_schedules", "draw_step_grid", "draw_ring_step_costs",
            "saved_chunks", "wanted_chunks", "reads", "draw_checkpoint", "node_groups", "draw_nodes", "draw_mesh_grid",
            "draw_overhead_ratios", "draw_layer_plan", "draw_addends", "draw_all_to_all",
-           "draw_bug_gaps", "draw_view_groups",
+           "draw_bug_gaps", "draw_view_groups", "draw_qkv_rows",
            "draw_overhead_parts", "draw_async_tp_gaps", "draw_setups", "draw_tp_intensity", "draw_layouts"]

@@ -1,4 +1,4 @@
-"""The sequence-parallel sandwich of ``PrepareModuleInputOutput`` (notebook 03, section 6c): the input's ``g``
+"""The sequence-parallel sandwich of ``PrepareModuleInputOutput`` (notebook 03, section 5c): the input's ``g``
 (all-gather forward, reduce-scatter backward), the module, the output's ``ḡ`` (reduce-scatter forward,
 all-gather backward), on one rank, with each tensor's layout and local shape.
 
@@ -34,7 +34,7 @@ def draw_prepare_sandwich(b: int, s: int, h: int, out: int, t: int, module: str 
                           label: str = "The"):
     """The sandwich on rank 0: the boxes of ``sandwich_steps`` joined by arrows, forward left to right above
     them, backward right to left below them (in the collective colour). ``label`` starts the title (e.g. a
-    section's name, "6c's"), so no section number is fixed here."""
+    section's name, "5c's"), so no section number is fixed here."""
     steps = sandwich_steps(b, s, h, out, t, module)
     width = len(steps) * _STEP_W
     fig, ax = plt.subplots(figsize=(13, 3.3))
