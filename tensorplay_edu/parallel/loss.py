@@ -25,7 +25,9 @@ Reductions.  ``"none"`` is per row: a DTensor laid out like the target when rows
 plain tensor.  ``"sum"`` and ``"mean"`` add ``[sum of row losses, sum of w_y]`` over the row dims in one
 more all-reduce, and ``"mean"`` divides by that global denominator (a mean of the ranks' means would
 weigh each row by its own rank's count).  The loss is a plain tensor, the same on every rank, and its
-backward communicates nothing.
+backward communicates nothing.  Each data-parallel rank's gradient is then its share of the global mean's
+gradient: the shares must be *summed* across DP.  DDP and FSDP2 average them instead, so multiply the loss by
+the DP size before ``backward()`` (as transformers' Trainer does), or the gradients come out dp times too small.
 
 Under ``with loss_parallel():`` ``F.cross_entropy`` (``nn.CrossEntropyLoss``), ``F.log_softmax`` and
 ``F.nll_loss`` accept a class-sharded logits DTensor; ``F.nll_loss(F.log_softmax(x, 1), y)`` is the same
