@@ -32,6 +32,9 @@ def test_a_first_pass_can_skip_each_companion():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     companions = re.findall(r"\]\(notebooks/([^)]+\.ipynb)\) \| \d+ \| \*companion of ", readme)
     assert companions, "the README marks no companion"
+    listed = re.search(r"notebooks are companions \(([^)]*)\)", readme)
+    assert listed and listed.group(1).split(", ") == [name.split("_")[0] for name in companions], \
+        "the README's sentence naming the companions and its table's marks differ"
     for name in companions:
         i = NAMES.index(name)
         after = NAMES[i + 1] if i + 1 < len(NAMES) else "../README.md"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch, Rectangle
 
+from .heads import row_chunks
 from .style import RANK_COLORS
 
 __all__ = ["ORDERS", "PART_COLORS", "qkv_blocks", "rank_blocks", "draw_qkv_rows"]
@@ -34,10 +35,10 @@ def qkv_blocks(order: str, heads: int) -> list[tuple[str, int]]:
 def rank_blocks(order: str, heads: int, world_size: int, rank: int) -> list[tuple[str, int]]:
     """The blocks in rank ``rank``'s slice: ``ColwiseParallel`` gives it rows ``r·3h/t .. (r+1)·3h/t - 1``."""
     blocks = qkv_blocks(order, heads)
-    if len(blocks) % world_size:
+    if len(blocks) % world_size:  # torch.chunk would then cut a block of hd rows in two
         raise ValueError(f"{len(blocks)} blocks do not cut evenly in {world_size}")
-    n = len(blocks) // world_size
-    return blocks[rank * n:(rank + 1) * n]
+    start, stop = row_chunks(len(blocks), world_size)[rank]
+    return blocks[start:stop]
 
 
 def draw_qkv_rows(heads: int = 12, head_dim: int = 4, world_size: int = 2, orders=ORDERS):
@@ -54,13 +55,13 @@ def draw_qkv_rows(heads: int = 12, head_dim: int = 4, world_size: int = 2, order
             ax.add_patch(Rectangle((x, y), 1, 0.7, facecolor=PART_COLORS[part], edgecolor="black", lw=0.6,
                                    gid=f"{part}{head}"))
             ax.text(x + 0.5, y + 0.35, f"{part}{head}", ha="center", va="center", fontsize=6.5)
-        per = n // world_size
-        for r in range(world_size):
-            x0, x1 = r * per + 0.1, (r + 1) * per - 0.1
+        for r, (start, stop) in enumerate(row_chunks(n, world_size)):  # the blocks rank_blocks gives rank r
+            x0, x1 = start + 0.1, stop - 0.1
             ax.plot([x0, x0, x1, x1], [y - 0.02, y - 0.14, y - 0.14, y - 0.02], color=RANK_COLORS[r], lw=2,
                     gid=f"rank {r}")
-            ax.text((x0 + x1) / 2, y - 0.27, f"rank {r}: rows {r * per * head_dim}..{(r + 1) * per * head_dim - 1}",
-                    ha="center", va="center", fontsize=8, color=RANK_COLORS[r])
+            first, last = start * head_dim, stop * head_dim - 1
+            ax.text((x0 + x1) / 2, y - 0.27, f"rank {r}: rows {first}..{last}", ha="center", va="center", fontsize=8,
+                    color=RANK_COLORS[r])
     ax.legend(handles=[Patch(facecolor=c, edgecolor="black", label=p) for p, c in PART_COLORS.items()],
               loc="upper right", ncol=3, fontsize=8, frameon=False, bbox_to_anchor=(1.0, 1.12))
     ax.set_title(f"qkv's {n * head_dim} output rows ({n} blocks of {head_dim}: part and head), cut in {world_size}",
