@@ -84,7 +84,8 @@ def move(x: torch.Tensor, src: Placement, dst: Placement, shape: torch.Size, gro
         if dst.reduce_op != "sum":
             raise NotImplementedError(f"Replicate -> {dst!r}: only Partial('sum') can be made from a replica")
         return x if rank == 0 else torch.zeros_like(x)  # the sum over ranks is x, exactly
-    # Shard -> Partial and Partial(op1) -> Partial(op2) go through Replicate.
+    # Shard -> Partial and Partial(op1) -> Partial(op2) go through Replicate. (Shard -> Partial('sum') could
+    # zero-fill outside this rank's chunk with no communication, at t times the memory; PyTorch refuses the move.)
     return move(move(x, src, Replicate(), shape, group, t, rank), Replicate(), dst, shape, group, t, rank)
 
 

@@ -79,6 +79,19 @@ def seed_apply_tp(source: str | None, float8: bool = False):
                                         enable_async_tp=False)
 
 
+def apply_tp_with_loss_parallel() -> dict:
+    """The package's apply_tp with loss_parallel=True: its warnings, and the logits' shape (the whole vocabulary)."""
+    from tensorplay_edu.models import apply_tp
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs(dim=16, n_layers=1, n_heads=4, vocab_size=20))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        apply_tp(model, mesh, loss_parallel=True, enable_float8_tensorwise_tp=False, enable_async_tp=False)
+    logits = model(torch.randint(0, 20, (2, 8), generator=torch.Generator().manual_seed(1)))
+    return {"warnings": [str(w.message) for w in caught], "shape": list(logits.shape), "type": type(logits).__name__}
+
+
 def seed_counts(source: str | None, n_layers: int) -> dict:
     return step_counts("vanilla", n_layers, apply=seed_apply_tp(source))
 

@@ -64,6 +64,15 @@ def test_apply_tp_runs_with_only_its_imports_changed(world_size):
             (label, counts)
 
 
+def test_apply_tp_says_that_it_ignores_loss_parallel():
+    """The seed's plan gathers the logits whatever loss_parallel says: the package's apply_tp says so, and names the
+    plan that shards them."""
+    got = launch(rank_parallelize_module.apply_tp_with_loss_parallel, 2)[0]
+    assert got["shape"] == [2, 8, 20] and got["type"] == "Tensor", got
+    assert len(got["warnings"]) == 1 and "accepted and unused" in got["warnings"][0], got["warnings"]
+    assert "parallelize_llama(model, mesh, 'full')" in got["warnings"][0]
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_api_errors_state_dicts_and_gradient_accumulation(world_size):
     clean(launch(rank_parallelize_module.api_errors, world_size), at_least=14)

@@ -27,3 +27,9 @@ def test_after_side_is_assembled_from_every_rank():
 def test_shape_must_divide():
     with pytest.raises(ValueError, match="draw_all_to_all"):
         draw_all_to_all(4, (6, 8))
+
+
+def test_the_tensor_is_named_as_the_notebook_names_it():
+    fig = draw_all_to_all(4, (8, 8), name="X8")
+    assert fig.axes[0].get_title().startswith("before: X8 [8, 8]")
+    matplotlib.pyplot.close(fig)

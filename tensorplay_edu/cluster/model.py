@@ -53,7 +53,8 @@ class GPU:
 # others pay max(NVLink α, 3 x netOverhead), netOverhead = 1 µs on Intel hosts (2 on AMD).
 # Bandwidth: NVLink 4 is 450 GB/s each way (line rate); NCCL's rings reach ~370 GB/s after protocol
 # overhead and NVLS all-reduce ~480 GB/s busBw (NVIDIA/nccl-tests#212, NCCL's maintainer). NDR InfiniBand is
-# 400 Gb/s = 50 GB/s per GPU; we take 46 GB/s busBw (an assumption, ~92% of line rate: not verified).
+# 400 Gb/s = 50 GB/s per GPU; we take 46 GB/s busBw, the low end of the 46-48 GB/s per NDR NIC an NCCL developer
+# gives (NVIDIA/nccl-tests#290); not measured here.
 NCCL_BASE_LATENCY = 8.4e-6
 _MIB = 2 ** 20
 _HOPPER = dict(bf16_flops=989e12, fp8_flops=1979e12, nvlink_bw=450e9, nvlink_busbw=370e9, nvls_busbw=480e9,

@@ -91,7 +91,8 @@ _CHECKS = [
      599.6 / 597.3, _JUN25 + _SLOW),
 ]
 
-# Measured peaks (torchtitan reports the caching allocator's peak, in GiB): (what, model, setup, GiB, source).
+# Measured peaks (what, model, setup, GiB, source): torchtitan logs the caching allocator's reserved peak
+# (`max_reserved_gib`), here on 96 GB H100s at 500 W: an upper bound on what an 80 GB card must hold.
 # Every published one of a layout this model can express (torchtitan's 405B peaks ran with pipeline parallelism).
 _PEAKS = [
     ("8B, FSDP 8, batch 2, SAC", "llama3-8b", _8B_FSDP8, 77.0, _DEC24 + " Table 1"),

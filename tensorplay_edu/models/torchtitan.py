@@ -20,7 +20,7 @@ parallelism off.  With its default sequence parallelism torchtitan converts each
 input once with a ``g`` (all-gather forward, reduce-scatter backward) instead.  The full plan (sequence parallelism and
 ``loss_parallel``) is ``parallelize_llama(model, mesh, "full")``.
 
-The signature and flags were torchtitan's.  ``loss_parallel`` is accepted and unused here:
+The signature and flags were torchtitan's.  ``loss_parallel`` is accepted and unused here (with a warning):
 the logits come out replicated (torchtitan's honours it, with ``Shard(-1)`` logits left as a
 DTensor for ``loss_parallel()``).  ``enable_float8_tensorwise_tp``
 swaps in the float8 styles (:mod:`tensorplay_edu.float8.float8_tensor_parallel`; convert the
@@ -33,6 +33,7 @@ decompose, only all-reduces (PyTorch's compiler pass does nothing there either).
 from __future__ import annotations
 
 import logging
+import warnings
 
 from torch import nn
 
@@ -50,6 +51,11 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, loss_parallel: bool, enable_
     """Tensor parallelism for a torchtitan-style Llama (``tok_embeddings``, ``layers``, ``output``): the seed's
     ``apply_tp``, the per-Linear plan torchtitan called ``apply_tp_minus_sp`` (#640), not torchtitan's own
     sequence-parallel plan (that is ``parallelize_llama(model, mesh, "full")``)."""
+    if loss_parallel:  # the seed's output layer gathers the logits: loss_parallel() then has nothing to shard
+        warnings.warn("apply_tp(loss_parallel=True): the flag is accepted and unused, as in the seed's plan: the output "
+                      "layer gathers the logits (Replicate), so loss_parallel() computes an ordinary loss on them. For "
+                      "vocabulary-sharded logits under loss_parallel(), use parallelize_llama(model, mesh, 'full').",
+                      UserWarning, stacklevel=2)
     # The edges: a vocab-parallel embedding whose partial rows are summed (all-reduce), and an
     # output layer split over the vocabulary whose logits are gathered for an ordinary loss.
     parallelize_module(model, tp_mesh, {

@@ -80,7 +80,8 @@ SP_REASON = (
     "while attention runs on the whole gathered sequence. SP needs the model to build positions, mask and "
     "rotary tables for the global length (pass position_ids for the whole sequence, build the mask from it: "
     "with padding or an explicit mask, one of the local length is wrong) and its residual stream to stay "
-    "sharded between those calls: more than a plan, and untested here, so this package refuses it. "
+    "sharded between those calls: more than a plan (notebook 12b runs it with PyTorch's styles and position_ids "
+    "passed by the caller, without padding), so plan_from_hf refuses it. "
     "Use the vanilla plan (plan_from_hf without sequence parallelism), with loss_parallel=True for the logits.")
 
 

@@ -17,8 +17,8 @@ from .style import RANK_COLORS
 __all__ = ["draw_all_to_all"]
 
 
-def draw_all_to_all(world_size: int = 4, shape=(8, 8)):
-    """Two panels of ``B`` (``shape``, both dims divisible by ``world_size``): before, split by rows; after, split by
+def draw_all_to_all(world_size: int = 4, shape=(8, 8), name: str = "B"):
+    """Two panels of the tensor called ``name`` (``shape``, both dims divisible by ``world_size``): before, split by rows; after, split by
     columns. Piece ``(r, j)`` (row block ``r``, column block ``j``) is in rank ``r``'s colour on both sides: before it
     is labelled with where it goes (``-> j``), after with where it came from (``from r``). Returns the figure."""
     t, (n_rows, n_cols) = world_size, shape
@@ -40,7 +40,7 @@ def draw_all_to_all(world_size: int = 4, shape=(8, 8)):
             else:
                 ax.text((k + 0.5) / t, 1.03, f"rank {k}", ha="center", va="bottom", fontsize=8)
         ax.set_xlim(0, 1), ax.set_ylim(0, 1), ax.set_aspect("equal"), ax.axis("off")
-    axes[0].set_title(f"before: B {list(shape)} split by rows, S(0)\n(each piece labelled with where it goes)",
+    axes[0].set_title(f"before: {name} {list(shape)} split by rows, S(0)\n(each piece labelled with where it goes)",
                       fontsize=9, pad=6)
     axes[1].set_title("after: split by columns, S(1)\n(each piece coloured by the rank it came from)", fontsize=9,
                       pad=20)
