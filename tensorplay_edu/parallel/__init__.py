@@ -18,12 +18,13 @@ from .loss import loss_parallel
 from .layout import ParamLayout, param_layout
 from .params import attach_layouts, full_state_dict, load_full_state_dict
 from .prepare import PrepareModuleInput, PrepareModuleInputOutput, PrepareModuleOutput
+from .replicated import ReplicatedWithGradAllReduce
 from .sequence import SequenceParallel
 from .style import ColwiseParallel, ParallelStyle, RowwiseParallel
 
 __all__ = [
     "ColwiseParallel", "ParallelStyle", "PrepareModuleInput", "PrepareModuleInputOutput", "PrepareModuleOutput",
-    "RowwiseParallel", "SequenceParallel", "parallelize_module", "loss_parallel",
+    "RowwiseParallel", "SequenceParallel", "ReplicatedWithGradAllReduce", "parallelize_module", "loss_parallel",
     "ParamLayout", "param_layout", "attach_layouts", "full_state_dict", "load_full_state_dict", "clip_grad_norm_",
     "checkpoint", "bucket_partial_grads", "PartialGradBucket",
 ]

@@ -52,6 +52,7 @@ from ..mesh import DeviceMesh
 from ..placement import Replicate, Shard
 from .init import guard_transformers_init
 from .base import ParallelStyle
+from .replicated import ReplicatedWithGradAllReduce
 from .style import ColwiseParallel, RowwiseParallel
 
 __all__ = ["HF_STYLES", "SP_REASON", "guard_transformers_init", "hf_plan_strings", "plan_from_hf"]
@@ -66,6 +67,7 @@ HF_STYLES = {
     "rowwise_split_input": lambda: RowwiseParallel(input_layouts=Replicate()),
     "embedding_rowwise": lambda: RowwiseParallel(input_layouts=Replicate()),
     "embedding_colwise": lambda: ColwiseParallel(output_layouts=Replicate()),
+    "replicated_with_grad_allreduce": lambda: ReplicatedWithGradAllReduce(),  # Qwen3's per-head q_norm / k_norm
     "replicate": None,
 }
 

@@ -28,18 +28,17 @@ from torch import nn
 from ..debug import module_scope
 from ..dtensor import DTensor
 from ..mesh import DeviceMesh
-from ..placement import Replicate, Shard
-from .grad_sync import hooked, partial_gradient
-from .params import attach_own_layouts, buffers_to_mesh, distribute_param
+from ..placement import Shard
 from .rng import follow_layout
-from .base import ParallelStyle, claim, fqn
+from .base import fqn
+from .replicated import ReplicatedWithGradAllReduce, partial_gradients
 from .style import to_layout
 
 __all__ = ["SequenceParallel"]
 
 
-class SequenceParallel(ParallelStyle):
-    claims = ("shard",)
+class SequenceParallel(ReplicatedWithGradAllReduce):
+    """ReplicatedWithGradAllReduce (whole parameters, gradients summed) on this rank's slice of the sequence."""
 
     def __init__(self, *, sequence_dim: int = 1, use_local_output: bool = False):
         self.sequence_sharding = (Shard(sequence_dim),)
@@ -48,22 +47,14 @@ class SequenceParallel(ParallelStyle):
     def __repr__(self):
         return f"SequenceParallel(sequence_dim={self.sequence_sharding[0].dim}, use_local_output={self.use_local_output})"
 
-    def param_placements(self, module):
-        return {(sub, name): Replicate() for sub in module.modules() for name, _ in sub.named_parameters(recurse=False)}
-
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
-        claim(self, module)
-        for (sub, name), placement in self.param_placements(module).items():
-            distribute_param(sub, name, placement, device_mesh, self.src_data_rank)
-        for sub in module.modules():
-            buffers_to_mesh(sub, device_mesh)
-        _partial_gradients(module, device_mesh)
+        self._replicate(module, device_mesh)
         module.register_forward_pre_hook(lambda mod, inputs: self._prepare_input(mod, inputs, device_mesh))
         module.register_forward_hook(lambda mod, inputs, out: self._prepare_output(mod, inputs, out, device_mesh))
         return module
 
     def _prepare_input(self, module, inputs, mesh):
-        _partial_gradients(module, mesh)  # no-op unless a parameter was replaced since (to_empty, FSDP2)
+        partial_gradients(module, mesh)  # no-op unless a parameter was replaced since (to_empty, FSDP2)
         x, rest = inputs[0], inputs[1:]
         if isinstance(x, DTensor):
             with module_scope(fqn(module)):
@@ -83,13 +74,3 @@ class SequenceParallel(ParallelStyle):
         shape[dim] = module._tp_sequence_length
         dt = DTensor.from_local(out, mesh, [Shard(dim)], shape=shape)
         return dt.to_local() if self.use_local_output else dt
-
-
-def _partial_gradients(module: nn.Module, mesh: DeviceMesh) -> None:
-    """Every parameter's gradient is a partial sum over the TP group: reduce it as it arrives."""
-    for sub in module.modules():
-        attach_own_layouts(sub)
-        for name, param in sub._parameters.items():  # every forward: hooked ones are skipped at a glance
-            if param is not None and not hooked(param):
-                partial_gradient(sub, name, mesh, f"{fqn(sub)}.{name}")
-

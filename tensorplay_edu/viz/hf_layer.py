@@ -85,9 +85,9 @@ def draw_layer_plan(fixed: bool = False, title: str | None = None):
     path([(RES_X, 2.31), (RES_X, 0.79)], "residual_h")                                # h + the MLP's output
     path([(RES_X, 1.45), (-0.3, 1.45), (-0.3, 0.55), (0.0, 0.55)], "h_to_norm")       # h into the second norm
     ax.text(5.3, 1.5, "h, whole, into the second half", ha="center", fontsize=7)
-    where = ("one per PrepareModuleInput, 2 a layer" if fixed else "HF's plan: one per colwise Linear, 5 a layer")
-    ax.text(0.05, -0.2, f"f: identity forward; backward, the all-reduce of the summed input gradient ({where})",
-            fontsize=8)
+    what = ("the input gradient, its readers' summed first: one per PrepareModuleInput, 2 a layer" if fixed
+            else "each colwise Linear's own partial input gradient: HF's plan, 5 a layer")
+    ax.text(0.05, -0.2, f"f: identity forward; backward, the all-reduce of {what}", fontsize=8)
     ax.text(0.05, -0.5, r"$\bar{f}$: the all-reduce of the partial sums forward; identity backward", fontsize=8)
     ax.legend([Rectangle((0, 0), 1, 1, fc=SPLIT_COLOR, ec="black"), Rectangle((0, 0), 1, 1, fc=WHOLE_COLOR, ec="black")],
               ["split over the t ranks", "whole on every rank"], fontsize=8, loc="lower right", ncol=2)
