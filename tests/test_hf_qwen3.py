@@ -21,20 +21,17 @@ from checks import clean
 from tensorplay_edu import CommDebugMode, init_device_mesh, launch
 from tensorplay_edu.parallel import ReplicatedWithGradAllReduce, clip_grad_norm_, loss_parallel, parallelize_module
 from tensorplay_edu.parallel.hf import plan_from_hf
+import test_hf_models as hf_models
 from test_hf_training import TIMEOUT, Checks, adamw, compare_grads_and_step, next_token_loss
 
-VOCAB = 61  # uneven over 2 and 3 ranks
+VOCAB = hf_models.VOCAB  # 61: uneven over 2 and 3 ranks
 N_PARAMS = 3 + 11 * 2  # embed_tokens, final norm, lm_head; per layer q, k, v, o, q_norm, k_norm, gate, up, down, 2 norms
 
 
 def build(heads: int, seed: int = 0):
-    config = transformers.Qwen3Config(
-        hidden_size=48, intermediate_size=98, num_hidden_layers=2, num_attention_heads=heads,
-        num_key_value_heads=heads // 2, head_dim=8, vocab_size=VOCAB, max_position_embeddings=32,
-        use_cache=False, tie_word_embeddings=False, pad_token_id=1, bos_token_id=2, eos_token_id=3)
-    torch.manual_seed(seed)
-    model = transformers.Qwen3ForCausalLM(config).double()
-    with torch.no_grad():  # norm weights that are not all ones, so a wrong sum shows
+    """test_hf_models' small config as a Qwen3, its q_norm / k_norm weights moved off all ones so a wrong sum shows."""
+    model = hf_models.build("Qwen3", heads, seed)
+    with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(("q_norm.weight", "k_norm.weight")):
                 p.copy_(1 + 0.1 * torch.randn(p.shape, dtype=p.dtype))
