@@ -37,7 +37,7 @@ def draw_async_tp_gaps(gains: dict, gaps: dict, c: float, title: str = ""):
         right.annotate(name.split(",")[0] + (", float8" if "float8" in name else "") + (" (Dec 2024)" if "2024" in name else ""),
                        (n, 1e3 * gap), xytext=(6, 0), textcoords="offset points", fontsize=7, va="center")
     top = 1.15 * max(ns)
-    (line,) = right.plot([0, top], [0, 1e3 * c * top], color="grey", ls="--", label=f"gap = c n, c = {c * 1e6:.0f} µs")
+    (line,) = right.plot([0, top], [0, 1e3 * c * top], color="grey", ls="--", label=f"gap = c n, c = {c * 1e6:.0f} µs (fit through 0, illustrative)")
     line.set_gid("c n")
     right.axhline(0, color="black", lw=0.6)
     right.set_xlim(0, top)

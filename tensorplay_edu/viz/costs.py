@@ -48,8 +48,8 @@ def draw_setups(memory: dict, times: dict, hbm_bytes: float, usable_bytes: float
             left += seconds
     ax_m.axvline(hbm_bytes / GIB, color="black", ls="--", lw=1)
     ax_m.text(hbm_bytes / GIB, -0.6, f" {hbm_bytes / GIB:.1f} GiB of HBM", fontsize=8)
-    ax_m.axvline(usable_bytes / GIB, color="black", ls=":", lw=1)
-    ax_m.set(title=f"{title}: memory per GPU", xlabel="GiB (dotted: what a plan may use)")
+    ax_m.axvline(usable_bytes / GIB, color="black", ls=":", lw=1, label=f"usable ({usable_bytes / GIB:.1f} GiB)")
+    ax_m.set(title=f"{title}: memory per GPU", xlabel="GiB")
     ax_t.set(title="step time per GPU", xlabel="seconds")
     for ax, cols in ((ax_m, 4), (ax_t, 3)):
         ax.set_yticks(range(len(names)), names)

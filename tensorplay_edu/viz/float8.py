@@ -48,7 +48,7 @@ def draw_amax_slices(x, rel_local, rel_global, world, color_global):
     float8 gather, read with rank 0's scale: with local amaxes (crosses) and with the global amax (dots),
     beside e4m3's rounding bound 1/16. Zeros are drawn at 1e-4."""
     s, h = x.shape
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 3.4))
     rows = torch.arange(s).repeat_interleave(h).float() + torch.linspace(-0.21, 0.21, h).repeat(s)
     owner = torch.arange(s).repeat_interleave(h) // (s // world)             # [s*h] rank of each element
     for r in range(world):
@@ -66,9 +66,10 @@ def draw_amax_slices(x, rel_local, rel_global, world, color_global):
     right.scatter(rows, rel_global.flatten().clamp(min=1e-4), s=14, color=color_global, label="global amax")
     right.axhline(2 ** -4, color="black", ls=":", lw=1, label="1/16: e4m3's rounding bound")
     right.set_yscale("log")
-    right.set(ylim=(5e-5, 300), xlabel="sequence row", ylabel="relative error after the gather\n(0 shown as 1e-4)")
+    top = max(3.0, 2 * max(rel_local.max().item(), rel_global.max().item()))  # room above the largest error, no more
+    right.set(ylim=(5e-5, top), xlabel="sequence row", ylabel="relative error after the gather\n(0 shown as 1e-4)")
     right.set_title("rank 0's view of the gathered e4m3 tensor", fontsize=10)
-    right.legend(fontsize=8, loc="upper left")
+    right.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the panel, off the points
     fig.tight_layout()
     return fig
 
