@@ -49,3 +49,13 @@ def test_layouts_draw_steps_with_their_band_and_memory():
     assert _bars(ax_m, "memory")["memory 1 activations"].get_width() == pytest.approx(40)
     assert [t.get_text() for t in ax_s.get_yticklabels()] == ["TP 1", "TP 8"]
     assert fig._suptitle.get_text() == "title"
+    assert not [line for line in ax_m.lines if line.get_gid() == "risky"]
+
+
+def test_risky_line_drawn_where_given():
+    fig = draw_layouts(["TP 8"], [8.0], (0.8, 1.2), [{"weights": 50 * GIB}], 70 * GIB, "title", risky_bytes=58 * GIB)
+    risky = [line for line in fig.axes[1].lines if line.get_gid() == "risky"]
+    assert len(risky) == 1 and list(risky[0].get_xdata()) == [58, 58]
+    times = {"a": {"compute": 1.0, "tp_exposed": 0.2, "dp_exposed": 0.1, "optimizer": 0.05}}
+    fig = draw_setups({"a": {"weights": 4 * GIB}}, times, 80 * GIB, 76 * GIB, "test", risky_bytes=63 * GIB)
+    assert [list(line.get_xdata()) for line in fig.axes[0].lines if line.get_gid() == "risky"] == [[63, 63]]

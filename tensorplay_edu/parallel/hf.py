@@ -72,19 +72,10 @@ HF_STYLES = {
 }
 
 SP_REASON = (
-    "sequence parallelism does not apply to a Hugging Face model as is. SP would shard the hidden states "
-    "between the layers over the sequence ([b, s/t, h] on each rank: the embedding's output Shard(1), "
-    "SequenceParallel on every RMSNorm, PrepareModuleInput gathering the sequence before self_attn and mlp, "
-    "o_proj / down_proj reduce-scattering back to Shard(1)). But HF's model computes the positions "
-    "(position_ids = arange(inputs_embeds.shape[1])), the causal mask (create_causal_mask(inputs_embeds, ...)) "
-    "and the rotary cos/sin from them inside its own forward, from the shape of the tensor it holds: with "
-    "sequence-sharded hidden states every rank would get positions 0..s/t-1 and a mask of the local length, "
-    "while attention runs on the whole gathered sequence. SP needs the model to build positions, mask and "
-    "rotary tables for the global length (pass position_ids for the whole sequence, build the mask from it: "
-    "with padding or an explicit mask, one of the local length is wrong) and its residual stream to stay "
-    "sharded between those calls: more than a plan (notebook 12b runs it with PyTorch's styles and position_ids "
-    "passed by the caller, without padding), so plan_from_hf refuses it. "
-    "Use the vanilla plan (plan_from_hf without sequence parallelism), with loss_parallel=True for the logits.")
+    "sequence parallelism does not apply to a Hugging Face model as is. Its forward builds position_ids, the "
+    "causal mask and the rotary cos/sin from the shape of the hidden states it holds, so with [b, s/t, h] shards "
+    "every rank would get positions 0..s/t-1 while attention runs on the gathered sequence. Use the vanilla plan "
+    "(with loss_parallel=True), or PyTorch's SP styles with the whole sequence's position_ids passed by the caller.")
 
 
 def _base_prefix(model: nn.Module) -> str:

@@ -15,13 +15,15 @@ __all__ = ["draw_async_tp_gaps"]
 OURS, THEIRS = "#1f5f6a", "#e08a3c"
 
 
-def draw_async_tp_gaps(gains: dict, gaps: dict, c: float, title: str = ""):
+def draw_async_tp_gaps(gains: dict, gaps: dict, c: float, title: str = "", k_gaps: dict | None = None,
+                       k: float | None = None):
     """``gains``: {pair: (ours, theirs)} as fractions; ``gaps``: {pair: (n, gap in seconds)}; ``c``: seconds per
-    ring step. Returns the figure (two axes)."""
+    ring step. ``k_gaps`` (optional): {pair: gap in seconds} the other fit, ``gap = k ours``, predicts, drawn as
+    crosses (gid ``"k ours"``) with ``k`` in the legend. Returns the figure (two axes)."""
     names = list(gains)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.5 * len(names) + 1.8), width_ratios=(1.1, 1))
-    for k, (gid, color, offset) in enumerate((("ours", OURS, -0.2), ("theirs", THEIRS, 0.2))):
-        values = [100 * gains[name][k] for name in names]
+    for j, (gid, color, offset) in enumerate((("ours", OURS, -0.2), ("theirs", THEIRS, 0.2))):
+        values = [100 * gains[name][j] for name in names]
         bars = left.barh([y + offset for y in range(len(names))], values, height=0.38, color=color,
                          label="the step model" if gid == "ours" else "torchtitan, measured")
         for bar in bars:
@@ -39,6 +41,9 @@ def draw_async_tp_gaps(gains: dict, gaps: dict, c: float, title: str = ""):
     top = 1.15 * max(ns)
     (line,) = right.plot([0, top], [0, 1e3 * c * top], color="grey", ls="--", label=f"gap = c n, c = {c * 1e6:.0f} µs (fit through 0, illustrative)")
     line.set_gid("c n")
+    if k_gaps:
+        right.scatter([gaps[name][0] for name in k_gaps], [1e3 * g for g in k_gaps.values()], marker="x", color="grey",
+                      zorder=3, gid="k ours", label=f"gap = k × ours, k = {k:.0%} (fit through 0)")
     right.axhline(0, color="black", lw=0.6)
     right.set_xlim(0, top)
     right.set_xlabel("ring steps per optimizer step and GPU, n")

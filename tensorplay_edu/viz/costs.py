@@ -29,9 +29,11 @@ def _memory_by_part(ax, memory: list):
             left += nbytes / GIB
 
 
-def draw_setups(memory: dict, times: dict, hbm_bytes: float, usable_bytes: float, title: str):
-    """Left: memory per GPU by part (``memory[name] = {part: bytes}``), with the HBM (dashed) and what a plan
-    may use (dotted). Right: the step per GPU, ``times[name]`` as ``cluster.step_time`` returns it: compute,
+def draw_setups(memory: dict, times: dict, hbm_bytes: float, usable_bytes: float, title: str,
+                risky_bytes: float | None = None):
+    """Left: memory per GPU by part (``memory[name] = {part: bytes}``), with the HBM (dashed), what a plan
+    may use (dotted) and, if given, where the planner's *risky* begins (dash-dot). Right: the step per GPU,
+    ``times[name]`` as ``cluster.step_time`` returns it: compute,
     TP traffic on the critical path, FSDP traffic not hidden plus the optimizer. Bar gids:
     ``"memory <i> <part>"`` and ``"time <i> <lane>"``."""
     names = list(memory)
@@ -49,6 +51,7 @@ def draw_setups(memory: dict, times: dict, hbm_bytes: float, usable_bytes: float
     ax_m.axvline(hbm_bytes / GIB, color="black", ls="--", lw=1)
     ax_m.text(hbm_bytes / GIB, -0.6, f" {hbm_bytes / GIB:.1f} GiB of HBM", fontsize=8)
     ax_m.axvline(usable_bytes / GIB, color="black", ls=":", lw=1, label=f"usable ({usable_bytes / GIB:.1f} GiB)")
+    _risky_line(ax_m, risky_bytes)
     ax_m.set(title=f"{title}: memory per GPU", xlabel="GiB")
     ax_t.set(title="step time per GPU", xlabel="seconds")
     for ax, cols in ((ax_m, 4), (ax_t, 3)):
@@ -79,11 +82,17 @@ def draw_tp_intensity(curves: dict, degrees, title: str):
     return fig
 
 
-def draw_layouts(names, steps, band, memory: list, usable_bytes: float, title: str):
+def _risky_line(ax, risky_bytes):
+    if risky_bytes is not None:
+        ax.axvline(risky_bytes / GIB, color="#C44E52", ls="-.", lw=1.2, gid="risky",
+                   label=f"risky above ({risky_bytes / GIB:.1f} GiB)")
+
+
+def draw_layouts(names, steps, band, memory: list, usable_bytes: float, title: str, risky_bytes: float | None = None):
     """The planner's layouts, one row each: left, the predicted step (s) with the model's error band
     ``band = (lo, hi)`` (a step between ``step * lo`` and ``step * hi``); right, memory per GPU by part
     (``memory[i] = {part: bytes}``) against what a plan may use (dotted). Bar gids: ``"step <i>"`` and
-    ``"memory <i> <part>"``."""
+    ``"memory <i> <part>"``. ``risky_bytes``: where the planner's *risky* begins (dash-dot), if given."""
     fig, (ax_s, ax_m) = plt.subplots(1, 2, figsize=(12, 3.2), sharey=True)
     y = list(range(len(names)))
     lo, hi = band
@@ -95,7 +104,9 @@ def draw_layouts(names, steps, band, memory: list, usable_bytes: float, title: s
     ax_s.set(title="predicted step (s), with the tokens/s error band", yticks=y, yticklabels=list(names))
     _memory_by_part(ax_m, memory)
     ax_m.axvline(usable_bytes / GIB, color="black", ls=":", lw=1)
-    ax_m.set(title="memory per GPU (GiB)", xlabel="dotted: what a plan may use")
+    _risky_line(ax_m, risky_bytes)
+    xlabel = "dotted: what a plan may use" + ("; dash-dot: risky above" if risky_bytes is not None else "")
+    ax_m.set(title="memory per GPU (GiB)", xlabel=xlabel)
     ax_m.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, frameon=False)
     ax_s.invert_yaxis()
     fig.suptitle(title, fontsize=9)

@@ -20,9 +20,9 @@ def draw_overhead_parts(labels, alpha, beta, other, measured, low, high, title=N
     """One column per width (``labels``): the prediction as stacked bars, α's part at the bottom, then β's, then the
     other parts (drawn down from there, hatched, when negative), a black dash at the whole prediction; a dot for the
     measured overhead (the rounds' median) with a bar through the rounds' range (``low`` to ``high``). All arguments
-    in seconds, one per label; drawn in ms."""
+    in seconds, one per label; drawn in ms. The y axis starts at 0, or below the lowest round when one is negative."""
     x = list(range(len(labels)))
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
     bottom = [0.0] * len(x)
     for part, values in (("alpha", alpha), ("beta", beta), ("other", other)):
         color, label = OVERHEAD_PARTS[part]
@@ -39,7 +39,11 @@ def draw_overhead_parts(labels, alpha, beta, other, measured, low, high, title=N
     ax.errorbar(x, med, yerr=[[m - lo * 1e3 for m, lo in zip(med, low)], [hi * 1e3 - m for m, hi in zip(med, high)]],
                 fmt="o", color="black", markersize=7, capsize=4, label="measured (median, range of the rounds)")
     ax.set_xticks(x, list(labels))
-    ax.set(ylabel="ms per step", ylim=(0, None), title=title or "What TP 2 adds to a step on this CPU")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), frameon=False)
+    lowest = min([0.0] + [lo * 1e3 for lo in low])  # a round's overhead can come out below zero: keep its bar whole
+    if lowest < 0:
+        ax.axhline(0, color="black", linewidth=0.6)
+    ax.set(ylabel="ms per step", ylim=(1.1 * lowest, None), title=title or "What TP 2 adds to a step on this CPU")
+    label_lines = max(str(label).count("\n") + 1 for label in labels)  # room under two-line tick labels
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.04 - 0.07 * label_lines), frameon=False)
     fig.tight_layout()
     return fig
