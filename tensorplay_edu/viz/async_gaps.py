@@ -19,7 +19,7 @@ def draw_async_tp_gaps(gains: dict, gaps: dict, c: float, title: str = "", k_gap
                        k: float | None = None):
     """``gains``: {pair: (ours, theirs)} as fractions; ``gaps``: {pair: (n, gap in seconds)}; ``c``: seconds per
     ring step. ``k_gaps`` (optional): {pair: gap in seconds} the other fit, ``gap = k ours``, predicts, drawn as
-    crosses (gid ``"k ours"``) with ``k`` in the legend. Returns the figure (two axes)."""
+    crosses (gid ``"k ours"``), just left of their n, with ``k`` in the legend. Returns the figure (two axes)."""
     names = list(gains)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.5 * len(names) + 1.8), width_ratios=(1.1, 1))
     for j, (gid, color, offset) in enumerate((("ours", OURS, -0.2), ("theirs", THEIRS, 0.2))):
@@ -42,8 +42,9 @@ def draw_async_tp_gaps(gains: dict, gaps: dict, c: float, title: str = "", k_gap
     (line,) = right.plot([0, top], [0, 1e3 * c * top], color="grey", ls="--", label=f"gap = c n, c = {c * 1e6:.0f} µs (fit through 0, illustrative)")
     line.set_gid("c n")
     if k_gaps:
-        right.scatter([gaps[name][0] for name in k_gaps], [1e3 * g for g in k_gaps.values()], marker="x", color="grey",
-                      zorder=3, gid="k ours", label=f"gap = k × ours, k = {k:.0%} (fit through 0)")
+        shift = 0.04 * top                                  # drawn just left of their n, so as not to hide the dots
+        right.scatter([gaps[name][0] - shift for name in k_gaps], [1e3 * g for g in k_gaps.values()], marker="x",
+                      color="grey", zorder=3, gid="k ours", label=f"gap = k × ours, k = {k:.0%} (fit through 0; drawn left of n)")
     right.axhline(0, color="black", lw=0.6)
     right.set_xlim(0, top)
     right.set_xlabel("ring steps per optimizer step and GPU, n")

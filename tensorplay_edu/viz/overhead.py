@@ -13,12 +13,13 @@ __all__ = ["OVERHEAD_PARTS", "draw_overhead_parts"]
 
 OVERHEAD_PARTS = {"alpha": ("#4C72B0", "predicted: ring steps x α (36 at every width)"),
                   "beta": ("#DD8452", "predicted: bytes x β"),
-                  "other": ("#BBBBBB", "predicted: the plan's own work + thinner matmuls (hatched: < 0)")}
+                  "other": ("#BBBBBB", "predicted: the plan's own work + thinner matmuls (red, dashed: < 0, subtracted)")}
 
 
 def draw_overhead_parts(labels, alpha, beta, other, measured, low, high, title=None):
     """One column per width (``labels``): the prediction as stacked bars, α's part at the bottom, then β's, then the
-    other parts (drawn down from there, hatched, when negative), a black dash at the whole prediction; a dot for the
+    other parts (when negative: drawn down from there as an empty, red, dashed box labelled "−", a subtraction the
+    dash sits under), a black dash at the whole prediction; a dot for the
     measured overhead (the rounds' median) with a bar through the rounds' range (``low`` to ``high``). All arguments
     in seconds, one per label; drawn in ms. The y axis starts at 0, or below the lowest round when one is negative."""
     x = list(range(len(labels)))
@@ -30,8 +31,10 @@ def draw_overhead_parts(labels, alpha, beta, other, measured, low, high, title=N
                       linewidth=0.5, label=label)
         for i, bar in enumerate(bars):
             bar.set_gid(f"{part} {i}")
-            if values[i] < 0:
-                bar.set(facecolor="white", hatch="///")
+            if values[i] < 0:  # a subtraction: an empty box down from the stack's top, to the dash
+                bar.set(facecolor="none", edgecolor="#C44E52", linestyle="--", linewidth=1.2, hatch="///")
+                ax.annotate(f"−{-values[i] * 1e3:.0f}", (x[i] + 0.3, bottom[i] + values[i] * 5e2), color="#C44E52",
+                            fontsize=9, va="center", ha="left", fontweight="bold")
         bottom = [b + v * 1e3 for b, v in zip(bottom, values)]
     ax.hlines(bottom, [i - 0.35 for i in x], [i + 0.35 for i in x], color="black", linewidth=2.5,
               label="predicted: the whole", gid="predicted")
