@@ -47,7 +47,7 @@ class ReplicatedWithGradAllReduce(ParallelStyle):
     def param_placements(self, module):
         return {(sub, name): Replicate() for sub in module.modules() for name, _ in sub.named_parameters(recurse=False)}
 
-    def _replicate(self, module: nn.Module, device_mesh: DeviceMesh) -> None:
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         """Parameters whole on every rank, buffers on the mesh, gradient hooks on."""
         claim(self, module)
         for (sub, name), placement in self.param_placements(module).items():
@@ -55,9 +55,6 @@ class ReplicatedWithGradAllReduce(ParallelStyle):
         for sub in module.modules():
             buffers_to_mesh(sub, device_mesh)
         partial_gradients(module, device_mesh)
-
-    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
-        self._replicate(module, device_mesh)
         # every forward: a parameter replaced since (to_empty, FSDP2, HF's loading) gets its hook again
         module.register_forward_pre_hook(lambda mod, inputs: partial_gradients(mod, device_mesh))
         return module

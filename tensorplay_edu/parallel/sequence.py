@@ -31,7 +31,7 @@ from ..mesh import DeviceMesh
 from ..placement import Shard
 from .rng import follow_layout
 from .base import fqn
-from .replicated import ReplicatedWithGradAllReduce, partial_gradients
+from .replicated import ReplicatedWithGradAllReduce
 from .style import to_layout
 
 __all__ = ["SequenceParallel"]
@@ -48,13 +48,12 @@ class SequenceParallel(ReplicatedWithGradAllReduce):
         return f"SequenceParallel(sequence_dim={self.sequence_sharding[0].dim}, use_local_output={self.use_local_output})"
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
-        self._replicate(module, device_mesh)
+        super()._apply(module, device_mesh)  # whole parameters, gradients summed (its pre-hook runs first)
         module.register_forward_pre_hook(lambda mod, inputs: self._prepare_input(mod, inputs, device_mesh))
         module.register_forward_hook(lambda mod, inputs, out: self._prepare_output(mod, inputs, out, device_mesh))
         return module
 
     def _prepare_input(self, module, inputs, mesh):
-        partial_gradients(module, mesh)  # no-op unless a parameter was replaced since (to_empty, FSDP2)
         x, rest = inputs[0], inputs[1:]
         if isinstance(x, DTensor):
             with module_scope(fqn(module)):
