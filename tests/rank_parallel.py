@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from checks import Checker, chunk
-from tensorplay_edu import DTensor, Replicate, Shard, init_device_mesh
+from tensorplay_edu import DTensor, Partial, Replicate, Shard, init_device_mesh
 from tensorplay_edu.parallel import bucket_partial_grads, full_state_dict, param_layout
 from tensorplay_edu.parallel.params import as_dtensor
 
@@ -177,6 +177,7 @@ def style_cases():
             (R(), Shard(-1), Replicate()), (R(input_layouts=Replicate()), Replicate(), Replicate()),
             (R(output_layouts=Shard(0)), Shard(-1), Shard(0)), (R(output_layouts=Shard(-1)), Shard(-1), Shard(-1)),
             (R(output_layouts=Shard(0), use_local_output=False), Shard(-1), None),
+            (R(output_layouts=Partial(), use_local_output=False), Shard(-1), None),  # the bias: one addend
         ]:
             cases.append((f"Linear(bias={bias}) {style!r}", lin, lambda m, mesh, s=style: parallelize_module(m, mesh, s),
                           _linear_input, inl, outl or Replicate()))

@@ -16,10 +16,10 @@ from tensorplay_edu import launch
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_each_style_alone_float64(world_size):
     n = len(rank_parallel.style_cases())
-    assert n == 37  # 20 Linear (with/without bias), 7 Embedding, 6 Linear and 2 Embedding subclasses, 2 MLP
+    assert n == 39  # 22 Linear (with/without bias), 7 Embedding, 6 Linear and 2 Embedding subclasses, 2 MLP
     clean(launch(rank_parallel.run_style_cases, world_size, "float64", 0, n), at_least=666)
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_each_style_alone_float32(world_size):
-    clean(launch(rank_parallel.run_style_cases, world_size, "float32", 0, 37), at_least=666)
+    clean(launch(rank_parallel.run_style_cases, world_size, "float32", 0, 39), at_least=666)

@@ -29,3 +29,8 @@ def test_dots_are_the_gaps_and_the_line_is_c_n():
     assert x0 == y0 == 0 and abs(y1 / x1 - 1e3 * 188e-6) < 1e-12
     assert len(right.texts) == len(GAPS)
     matplotlib.pyplot.close(fig)
+
+
+def test_gains_alone_draw_one_panel():
+    fig = draw_async_tp_gaps(GAINS)
+    assert len(fig.axes) == 1 and len([p for p in fig.axes[0].patches if p.get_gid() == "ours"]) == len(GAINS)

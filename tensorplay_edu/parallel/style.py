@@ -192,7 +192,7 @@ class RowwiseParallel(_LinearOrEmbedding):
         if _own_forward(module):
             partial_gradients_of_extras(module, mesh, fqn(module))  # a subclass's own parameters: addends too
         if isinstance(module, nn.Linear):
-            if module.bias is not None and self.output_layouts[0] != Replicate() and not _own_forward(module):
+            if module.bias is not None and isinstance(self.output_layouts[0], Shard) and not _own_forward(module):
                 partial_gradient(module, "bias", mesh, f"{fqn(module)}.bias")  # each rank sums its own rows
             module.forward = functools.partial(_partial_linear, module, mesh, self.output_layouts[0])
         else:
@@ -218,7 +218,7 @@ class RowwiseParallel(_LinearOrEmbedding):
         bias = getattr(module, "bias", None) if isinstance(module, nn.Linear) else None
         if bias is None or _own_forward(module):  # (a subclass's forward took its bias in, on rank 0)
             return self._finish(dt, module)  # f̄: all-reduce, or ḡ: reduce-scatter
-        if self.output_layouts[0] != Replicate():  # no-op unless the bias was replaced since
+        if isinstance(self.output_layouts[0], Shard):  # no-op unless the bias was replaced since
             partial_gradient(module, "bias", mesh, f"{fqn(module)}.bias")
         with module_scope(fqn(module)):
             dt = to_layout(dt, self.output_layouts[0])  # f̄ (Megatron's 2019 g): Partial -> Replicate, an all-reduce
@@ -232,7 +232,9 @@ class RowwiseParallel(_LinearOrEmbedding):
         if isinstance(place, Shard) and place.dim == dt.ndim - 1:
             t, r = mesh.size(), mesh.get_local_rank()
             bias = bias.narrow(0, chunk_offset(bias.shape[0], t, r), chunk_sizes(bias.shape[0], t)[r])
-        local = dt.to_local() + bias  # added once, after the reduction
+        if isinstance(place, Partial):  # no reduction yet: the bias joins the addends once, Replicate -> Partial
+            bias = DTensor.from_local(bias, mesh, [Replicate()]).redistribute(placements=[Partial()]).to_local()
+        local = dt.to_local() + bias  # added once, after the reduction (or as rank 0's addend)
         return local if self.use_local_output else DTensor.from_local(local, mesh, [place], shape=dt.shape)
 
 
@@ -269,11 +271,9 @@ def megatron_f(x: DTensor) -> torch.Tensor:
 
 
 # ---- plug-in points: a collective fused with its matmuls -------------------------------------
-# A fusion runs a row of the table together with the matmuls beside it (the overlapped rings
-# register one).  It changes how the row runs, not its values (up to the order of a sum); each of its
-# methods returns None where it does not apply, and the plain code runs:
-#   gather(module, x, mesh)                      x: a sharded DTensor read by module's Colwise Linears:
-#                                                a FusedInput instead of the gathered tensor
+# A fusion (the overlapped rings register one) runs a row of the table with the matmuls beside it: how the
+# row runs changes, not its values (up to a sum's order). A method returns None where it does not apply:
+#   gather(module, x, mesh)                      x, a sharded DTensor its Colwise Linears read: a FusedInput
 #   matmul_reduce_scatter(module, x, mesh, dim)  a Rowwise Linear's product, reduced onto Shard(dim)
 FUSIONS: list = []
 

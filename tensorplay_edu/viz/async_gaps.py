@@ -15,13 +15,17 @@ __all__ = ["draw_async_tp_gaps"]
 OURS, THEIRS = "#1f5f6a", "#e08a3c"
 
 
-def draw_async_tp_gaps(gains: dict, gaps: dict, c: float, title: str = "", k_gaps: dict | None = None,
-                       k: float | None = None):
+def draw_async_tp_gaps(gains: dict, gaps: dict | None = None, c: float | None = None, title: str = "",
+                       k_gaps: dict | None = None, k: float | None = None):
     """``gains``: {pair: (ours, theirs)} as fractions; ``gaps``: {pair: (n, gap in seconds)}; ``c``: seconds per
     ring step. ``k_gaps`` (optional): {pair: gap in seconds} the other fit, ``gap = k ours``, predicts, drawn as
-    crosses (gid ``"k ours"``), just left of their n, with ``k`` in the legend. Returns the figure (two axes)."""
+    crosses (gid ``"k ours"``), just left of their n, with ``k`` in the legend. Returns the figure (two axes; one,
+    the gains, when ``gaps`` is None)."""
     names = list(gains)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.5 * len(names) + 1.8), width_ratios=(1.1, 1))
+    if gaps is None:
+        fig, left = plt.subplots(figsize=(6.6, 0.5 * len(names) + 1.8))
+    else:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.5 * len(names) + 1.8), width_ratios=(1.1, 1))
     for j, (gid, color, offset) in enumerate((("ours", OURS, -0.2), ("theirs", THEIRS, 0.2))):
         values = [100 * gains[name][j] for name in names]
         bars = left.barh([y + offset for y in range(len(names))], values, height=0.38, color=color,
@@ -33,6 +37,11 @@ def draw_async_tp_gaps(gains: dict, gaps: dict, c: float, title: str = "", k_gap
     left.set_xlabel("async TP's gain, speed-up - 1 (%)")
     left.legend(fontsize=8, loc="lower right")
     left.set_title("gain per pair of runs", fontsize=9, loc="left")
+    if gaps is None:
+        if title:
+            fig.suptitle(title, fontsize=10, x=0.01, ha="left")
+        fig.tight_layout()
+        return fig
     ns = [gaps[name][0] for name in gaps]
     right.scatter(ns, [1e3 * gaps[name][1] for name in gaps], color=OURS, zorder=3, gid="pairs")
     for name, (n, gap) in gaps.items():
