@@ -26,3 +26,16 @@ def test_stacked_parts_and_measured_range():
     assert labels[-1].startswith("measured")
     assert [t.get_text() for t in ax.get_xticklabels()] == ["h = 64", "h = 256"]
     matplotlib.pyplot.close(fig)
+
+
+def test_a_floor_clips_an_outlier_round_and_says_where_it_went():
+    alpha, beta, other = [0.050, 0.050], [0.002, 0.010], [0.001, 0.002]
+    low = [-0.414, 0.030]  # one round far below zero would set the scale
+    fig = draw_overhead_parts(["h = 64", "h = 256"], alpha, beta, other, [0.04, 0.07], low, [0.06, 0.09], floor=-0.1)
+    ax = fig.axes[0]
+    assert -101 < ax.get_ylim()[0] < -90  # clipped near the floor, not at -414 ms
+    assert [t.get_text() for t in ax.texts if "off scale" in t.get_text()] == ["↓ -414 ms, off scale"]
+    matplotlib.pyplot.close(fig)
+    fig = draw_overhead_parts(["h = 64", "h = 256"], alpha, beta, other, [0.04, 0.07], low, [0.06, 0.09])
+    assert fig.axes[0].get_ylim()[0] < -414 and not [t for t in fig.axes[0].texts if "off scale" in t.get_text()]
+    matplotlib.pyplot.close(fig)
