@@ -65,6 +65,16 @@ def test_bug_6_plan_key_typo():
     assert all(tp.gap(right["grads"][n], p.grad) < 1e-10 for n, p in model.named_parameters())
 
 
+def test_bug_6_under_pytorch_whole_plan():
+    """PyTorch's TP on torchtitan's whole block plan: the typo leaves only the norm plain and clipping fails;
+    spelt right, every parameter is a DTensor and clipping and AdamW's foreach step run."""
+    warned, plain, clipped, adamw = launch(plans.pytorch_typo_whole_plan, 2, "attention_nrom")[0]
+    assert len(warned) == 1 and plain == ["attention_norm.weight"]
+    assert clipped.startswith("aten._foreach_norm.Scalar got mixed torch.Tensor and DTensor")
+    assert adamw.startswith("aten._foreach_mul_.Scalar got mixed torch.Tensor and DTensor")
+    assert launch(plans.pytorch_typo_whole_plan, 2, "attention_norm")[0][1:] == ([], None, None)
+
+
 def test_bug_7_collective_behind_a_rank_test():
     runs = launch(ranks.both, 2)
     assert runs[0]["bug"]["report"].startswith("NCCL rules, collective #")

@@ -68,19 +68,37 @@ def error_of(fn):
     raise AssertionError("no error")
 
 
-def pytorch_typo():
-    """Bug 6 under PyTorch's TP: one block's MLP and a misspelt norm key; a backward, then PyTorch's clipping.
-    Returns the warnings, the norm weight's type, and the clipping's error."""
+def pytorch_typo_whole_plan(norm_key="attention_nrom"):
+    """Bug 6 under PyTorch's TP on torchtitan's whole block plan (TP + SP) written with PyTorch's styles, with
+    ``norm_key`` for "attention_norm": a forward, a backward, PyTorch's clipping and AdamW's foreach step.
+    Returns the warnings, the names of the parameters left plain, and the two errors (None where none)."""
     import torch.distributed.tensor.parallel as tp  # PyTorch's styles (this also loads dist.device_mesh)
+    from torch.distributed.tensor import Replicate as R, Shard as S
+
+    def error_or_none(fn):
+        try:
+            fn()
+        except RuntimeError as err:
+            return str(err)
+        return None
+
     model = Transformer(ARGS)
-    block, plan = model.layers["0"], {"feed_forward.w1": tp.ColwiseParallel(), "feed_forward.w3": tp.ColwiseParallel(),
-                                      "feed_forward.w2": tp.RowwiseParallel(), "attention_nrom": tp.SequenceParallel()}
+    block, t = model.layers["0"], dist.get_world_size()
+    plan = {norm_key: tp.SequenceParallel(), "ffn_norm": tp.SequenceParallel(),
+            "attention": tp.PrepareModuleInput(input_layouts=(S(1), None), desired_input_layouts=(R(), None)),
+            "attention.wq": tp.ColwiseParallel(), "attention.wk": tp.ColwiseParallel(),
+            "attention.wv": tp.ColwiseParallel(), "attention.wo": tp.RowwiseParallel(output_layouts=S(1)),
+            "feed_forward": tp.PrepareModuleInput(input_layouts=(S(1),), desired_input_layouts=(R(),)),
+            "feed_forward.w1": tp.ColwiseParallel(), "feed_forward.w3": tp.ColwiseParallel(),
+            "feed_forward.w2": tp.RowwiseParallel(output_layouts=S(1))}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        tp.parallelize_module(block, dist.device_mesh.init_device_mesh("cpu", (dist.get_world_size(),)), plan)  # no exception
-    block(torch.randn(2, 8, ARGS.dim), (model.rope_cos, model.rope_sin)).sum().backward()  # no exception either
-    clipped = error_of(lambda: torch.nn.utils.clip_grad_norm_(block.parameters(), 1.0))
-    return [str(c.message) for c in caught], type(block.attention_norm.weight).__name__, clipped
+        tp.parallelize_module(block, dist.device_mesh.init_device_mesh("cpu", (t,)), plan)  # no exception
+    block(torch.randn(2, 8 // t, ARGS.dim), (model.rope_cos, model.rope_sin)).sum().backward()  # this rank's tokens
+    plain = [n for n, p in block.named_parameters() if type(p) is torch.nn.Parameter]
+    clipped = error_or_none(lambda: torch.nn.utils.clip_grad_norm_(block.parameters(), 1.0))
+    adamw = error_or_none(lambda: torch.optim.AdamW(block.parameters(), foreach=True).step())  # a GPU's default
+    return [str(c.message) for c in caught], plain, clipped, adamw
 
 
 def top_plan():
