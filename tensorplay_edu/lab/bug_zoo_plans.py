@@ -59,13 +59,21 @@ def smoothed_loss(fixed):
 ARGS = ModelArgs(dim=32, n_layers=2, n_heads=4, vocab_size=64, max_seq_len=16)  # bug 6's small Llama
 
 
-def error_of(fn):
-    """The message of the RuntimeError ``fn()`` raises (an AssertionError if it raises none)."""
+def error_or_none(fn):
+    """The message of the RuntimeError ``fn()`` raises, or None."""
     try:
         fn()
     except RuntimeError as err:
         return str(err)
-    raise AssertionError("no error")
+    return None
+
+
+def error_of(fn):
+    """The message of the RuntimeError ``fn()`` raises (an AssertionError if it raises none)."""
+    message = error_or_none(fn)
+    if message is None:
+        raise AssertionError("no error")
+    return message
 
 
 def pytorch_typo_whole_plan(norm_key="attention_nrom"):
@@ -73,24 +81,9 @@ def pytorch_typo_whole_plan(norm_key="attention_nrom"):
     ``norm_key`` for "attention_norm": a forward, a backward, PyTorch's clipping and AdamW's foreach step.
     Returns the warnings, the names of the parameters left plain, and the two errors (None where none)."""
     import torch.distributed.tensor.parallel as tp  # PyTorch's styles (this also loads dist.device_mesh)
-    from torch.distributed.tensor import Replicate as R, Shard as S
-
-    def error_or_none(fn):
-        try:
-            fn()
-        except RuntimeError as err:
-            return str(err)
-        return None
-
     model = Transformer(ARGS)
     block, t = model.layers["0"], dist.get_world_size()
-    plan = {norm_key: tp.SequenceParallel(), "ffn_norm": tp.SequenceParallel(),
-            "attention": tp.PrepareModuleInput(input_layouts=(S(1), None), desired_input_layouts=(R(), None)),
-            "attention.wq": tp.ColwiseParallel(), "attention.wk": tp.ColwiseParallel(),
-            "attention.wv": tp.ColwiseParallel(), "attention.wo": tp.RowwiseParallel(output_layouts=S(1)),
-            "feed_forward": tp.PrepareModuleInput(input_layouts=(S(1),), desired_input_layouts=(R(),)),
-            "feed_forward.w1": tp.ColwiseParallel(), "feed_forward.w3": tp.ColwiseParallel(),
-            "feed_forward.w2": tp.RowwiseParallel(output_layouts=S(1))}
+    plan = block_plan(norm_key, pytorch=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         tp.parallelize_module(block, dist.device_mesh.init_device_mesh("cpu", (t,)), plan)  # no exception
@@ -108,8 +101,16 @@ def top_plan():
             "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False)}
 
 
-def block_plan(norm_key):
-    """Each block's plan, torchtitan's (TP + SP), with ``norm_key`` for "attention_norm" (None: the entry left out)."""
+def block_plan(norm_key, pytorch=False):
+    """Each block's plan, torchtitan's (TP + SP), with ``norm_key`` for "attention_norm" (None: the entry left out);
+    ``pytorch=True``: the same plan with PyTorch's classes (same names and arguments as ours)."""
+    if pytorch:
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                       SequenceParallel)
+    else:
+        from ..parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel
+        from ..placement import Replicate, Shard
     plan = {
         norm_key: SequenceParallel(), "ffn_norm": SequenceParallel(),
         "attention": PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),

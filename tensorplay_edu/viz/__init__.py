@@ -23,10 +23,8 @@ patches and texts):
 ``sandwich``      PrepareModuleInputOutput's g in front of a module and ḡ after it, both ways
 ``mlp``           Megatron's MLP on one rank: f, ColwiseParallel, ReLU, RowwiseParallel, f̄
 ``zoo``           the bug zoo: a view's head groups
-``bug_gaps``      each bug's error with it and once fixed, on one log axis
 ``costs``         what a step costs at scale: setups and layouts, TP's intensity
-``overhead``      what TP adds to a step on a CPU: the prediction in its parts beside the measurement
-``async_gaps``    async TP's modelled gains against published ones, and the gap per ring step
+``async_gaps``    async TP's modelled gains against published ones, pair by pair
 ``addends``       a Partial tensor's addends with their values, summed
 ``alltoall``      an all-to-all's pieces, each in its source rank's colour before and after
 ``links``         a collective's α–β time per link; a layer's compute against its TP traffic
@@ -66,12 +64,10 @@ from .style import (COMM_COLOR, FLOAT8_COLOR, FLOAT8_STYLE, LANE_COLORS, PARTIAL
                     SHARED_COLOR, comm_label, float8_tag)
 from .timelines import draw_ring_timelines, draw_timeline
 from .costs import draw_layouts, draw_setups, draw_tp_intensity
-from .overhead import draw_overhead_parts
 from .async_gaps import draw_async_tp_gaps
 from .links import draw_alpha_beta, draw_layer_verdict
 from .fits import MEMORY_GROUP_COLORS, MEMORY_GROUPS, draw_memory_parts, memory_groups
 from .zoo import draw_view_groups
-from .bug_gaps import draw_bug_gaps
 from .qkv_rows import draw_qkv_rows
 
 __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory_parts",
@@ -92,5 +88,5 @@ __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory
            "ring_steps", "draw_ring", "draw_schedules", "draw_step_grid", "draw_ring_step_costs",
            "saved_chunks", "wanted_chunks", "reads", "draw_checkpoint", "node_groups", "draw_nodes", "draw_mesh_grid",
            "draw_overhead_ratios", "draw_layer_plan", "draw_addends", "draw_all_to_all",
-           "draw_bug_gaps", "draw_view_groups", "draw_qkv_rows",
-           "draw_overhead_parts", "draw_async_tp_gaps", "draw_setups", "draw_tp_intensity", "draw_layouts"]
+           "draw_view_groups", "draw_qkv_rows",
+           "draw_async_tp_gaps", "draw_setups", "draw_tp_intensity", "draw_layouts"]
