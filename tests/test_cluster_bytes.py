@@ -1,27 +1,10 @@
-"""cluster.whole_buffer (the inverse of bytes_sent) and cluster.dp_bytes (the bytes dp_seconds prices)."""
+"""cluster.dp_bytes (the bytes dp_seconds prices)."""
 
 import pytest
 
-from tensorplay_edu.cluster import GPUS, MODELS, Setup, bytes_sent, dp_bytes, dp_seconds, whole_buffer
+from tensorplay_edu.cluster import GPUS, MODELS, Setup, bytes_sent, dp_bytes, dp_seconds
 
 M70, H100 = MODELS["llama3-70b"], GPUS["h100"]
-
-
-@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])
-@pytest.mark.parametrize("t", [2, 3, 4, 8, 64])
-def test_whole_buffer_inverts_bytes_sent(op, t):
-    for nbytes in (1, 4096, 123_456_789):
-        assert whole_buffer(op, bytes_sent(op, nbytes, t), t) == pytest.approx(nbytes, rel=1e-12)
-        assert bytes_sent(op, whole_buffer(op, nbytes, t), t) == pytest.approx(nbytes, rel=1e-12)
-
-
-def test_whole_buffer_of_commdebugmode_counts():
-    # CommDebugMode at t = 2: an all-reduce of 1,000 bytes sends 1,000, an all-gather of 1,000 sends 500
-    assert whole_buffer("all_reduce", 1000, 2) == 1000
-    assert whole_buffer("all_gather", 500, 2) == 1000
-    assert whole_buffer("reduce_scatter", 750, 4) == 1000
-    with pytest.raises(ValueError):
-        whole_buffer("broadcast", 1, 2)
 
 
 def test_fsdp_bytes_count_every_unit_and_not_the_batch():

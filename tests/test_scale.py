@@ -7,11 +7,10 @@ import math
 import pytest
 
 from tensorplay_edu import launch
-from tensorplay_edu.debug import CommRecord
 from tensorplay_edu.cluster import (CALIBRATED, GPUS, LOGIT_PEAK_BYTES, MODELS, NCCL_BASE_LATENCY, Efficiency, Model,
-                                    Setup, block_matmuls, collective_time, compute_seconds, dp_seconds, error_bands, fit_cpu,
+                                    Setup, block_matmuls, collective_time, compute_seconds, dp_seconds, error_bands,
                                     format_checks, korthikanti_activations, llama_activations, matmul_seconds, memory,
-                                    predict_step, published_checks, reported_flops, ring_terms, sac_saved, step_time,
+                                    published_checks, reported_flops, ring_terms, sac_saved, step_time,
                                     tp_bytes_per_layer, tp_collectives_per_layer, tp_compute_over_comm, tp_edge_collectives,
                                     tp_crossover_tokens, tp_max_inside, tp_rings)
 from tensorplay_edu.cluster.published import FIT_ROWS, fit
@@ -339,32 +338,6 @@ def test_when_tp_stops_paying():
     assert 1 <= inside_ib < 8 and tp_compute_over_comm(M70, H100, "ib", inside_ib) >= 1
 
 
-def test_fit_cpu_recovers_constants():
-    alpha, beta, flops, world = 3e-5, 2e-10, 5e10, 2
-    ar = [(n, 2 * (world - 1) * alpha + 2 * (world - 1) / world * n * beta) for n in (1e3, 1e5, 1e6, 4e6)]
-    mm = [(f, 1e-4 + f / flops) for f in (1e8, 1e9, 4e9)]
-    fit = fit_cpu({"all_reduce": ar, "matmul": mm, "world": world})
-    assert fit["alpha"] == pytest.approx(alpha) and fit["beta"] == pytest.approx(beta)
-    assert fit["flops"] == pytest.approx(flops) and fit["matmul_overhead"] == pytest.approx(1e-4)
-    pred = predict_step(2e9, [("all_reduce", 1e6), ("all_gather", 2e6)], fit, world=2)
-    assert pred["compute"] == pytest.approx(2e9 / flops)
-    assert pred["comm"] == pytest.approx(ar[2][1] + (alpha + 2e6 / 2 * beta))
-    # CommDebugMode's records carry the bytes each rank sent: the same prediction
-    records = [CommRecord("all_reduce", "forward", (), "float32", 2, 1_000_000, ""),
-               CommRecord("all_gather", "forward", (), "float32", 2, 1_000_000, "")]
-    assert predict_step(2e9, records, fit)["comm"] == pytest.approx(pred["comm"])
-    assert set(fit_cpu({"matmul": mm})) == {"flops", "matmul_overhead"}
-    # timed layout changes (each a list of the collectives it issued) give the same α and β
-    transitions = [([("all_reduce", n)], sec) for n, sec in ar[:2]]
-    transitions += [([("all_gather", n), ("reduce_scatter", n)], 2 * alpha + n * beta) for n in (1e4, 3e6)]
-    fit2 = fit_cpu({"transitions": transitions, "world": world})
-    assert fit2["alpha"] == pytest.approx(alpha) and fit2["beta"] == pytest.approx(beta)
-    with pytest.raises(ValueError, match="two"):
-        fit_cpu({"transitions": transitions[:1]})
-    with pytest.raises(ValueError, match="two"):
-        fit_cpu({"all_reduce": ar[:1], "matmul": mm})
-
-
 def test_the_calibration_is_the_fit_of_its_four_rows():
     """calibration.CALIBRATED is what published.fit() derives from FIT_ROWS alone; those rows come out exact."""
     fitted = fit()
@@ -406,11 +379,11 @@ def test_the_scale_modules_import_in_any_order():
     import subprocess
     import sys
     for first in ("cluster.published", "cluster.memory_use", "cluster.timing", "cluster.model", "cluster.search",
-                  "cluster.calibration", "cluster.cpu_fit"):
+                  "cluster.calibration", "cluster.protocols"):
         code = (f"import tensorplay_edu.{first}; import tensorplay_edu.cluster as s; "
                 "import tensorplay_edu.cluster.published as c, tensorplay_edu.cluster.memory_use as m; "
-                "import tensorplay_edu.cluster.timing as t, tensorplay_edu.cluster.cpu_fit as f; "
-                "assert s.fit_cpu is f.fit_cpu and s.published_checks is c.published_checks; "
+                "import tensorplay_edu.cluster.timing as t, tensorplay_edu.cluster.protocols as p; "
+                "assert s.protocol_terms is p.protocol_terms and s.published_checks is c.published_checks; "
                 "assert s.memory is m.memory and s.step_time is t.step_time and s.tp_rings is t.tp_rings; "
                 "assert all(hasattr(s, name) for name in s.__all__)")
         subprocess.run([sys.executable, "-c", code], check=True)

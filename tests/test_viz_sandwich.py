@@ -26,3 +26,16 @@ def test_picture_draws_one_box_per_step_and_bars_g():
     assert "t = 4" in ax.get_title() and r"$\bar{g}$" in ax.get_title() and ax.get_title().startswith("6c's sandwich")
     assert "GatheredSliceLinear" in labels
     matplotlib.pyplot.close(fig)
+
+
+def test_text_size_sets_the_boxes_text():
+    fig = draw_prepare_sandwich(2, 8, 6, 5, 4, text_size=8)
+    texts = {t.get_text(): t.get_fontsize() for t in fig.axes[0].texts}
+    assert texts["forward: all-gather\nbackward: reduce-scatter"] == 8
+    matplotlib.pyplot.close(fig)
+
+
+def test_module_text_replaces_the_module_box_text():
+    steps = dict((name, text) for name, text, *_ in sandwich_steps(2, 8, 6, 5, 4, module_text="x.to_local(\n...)"))
+    assert steps["GatheredSliceLinear"] == "x.to_local(\n...)"
+    assert "grad_placements" in dict((name, text) for name, text, *_ in sandwich_steps(2, 8, 6, 5, 4))["GatheredSliceLinear"]

@@ -6,10 +6,9 @@ the checks against published runs, and a search over layouts.
 """
 
 from .calibration import CALIBRATED, DEFAULT_MFU, Efficiency
-from .cpu_fit import fit_cpu, predict_step
 from .memory_use import LOGIT_PEAK_BYTES, korthikanti_activations, llama_activations, memory, sac_saved
 from .model import (AC_MODES, FLOAT8_RECIPES, GPU, GPUS, LOSS_IMPLS, MODELS, NCCL_BASE_LATENCY, Model, Setup,
-                    bytes_sent, collective_time, ring_steps, ring_terms, whole_buffer)
+                    bytes_sent, collective_time, ring_steps, ring_terms)
 from .protocols import NCCL_LL, cheapest_protocol, protocol_terms
 from .published import error_bands, format_checks, published_checks
 from .intensity import tp_compute_over_comm, tp_crossover_tokens, tp_max_inside
@@ -18,7 +17,7 @@ from .timing import (block_matmuls, compute_seconds, dp_bytes, dp_seconds, matmu
 
 __all__ = ["GPU", "GPUS", "Model", "MODELS", "Setup", "FLOAT8_RECIPES", "AC_MODES", "LOSS_IMPLS", "Efficiency",
            "CALIBRATED", "DEFAULT_MFU", "memory", "sac_saved", "korthikanti_activations", "LOGIT_PEAK_BYTES", "llama_activations",
-           "NCCL_BASE_LATENCY", "ring_steps", "bytes_sent", "whole_buffer", "ring_terms", "collective_time", "block_matmuls", "matmul_seconds",
+           "NCCL_BASE_LATENCY", "ring_steps", "bytes_sent", "ring_terms", "collective_time", "block_matmuls", "matmul_seconds",
            "compute_seconds", "reported_flops", "dp_seconds", "dp_bytes", "tp_rings", "tp_collectives_per_layer",
            "tp_bytes_per_layer", "tp_edge_collectives", "step_time", "tp_crossover_tokens", "tp_compute_over_comm", "tp_max_inside",
-           "fit_cpu", "predict_step", "NCCL_LL", "protocol_terms", "cheapest_protocol", "published_checks", "error_bands", "format_checks"]
+           "NCCL_LL", "protocol_terms", "cheapest_protocol", "published_checks", "error_bands", "format_checks"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["GPU", "GPUS", "Model", "MODELS", "Setup", "FLOAT8_RECIPES", "AC_MODES", "NCCL_BASE_LATENCY",
-           "ring_steps", "node_busbw", "bytes_sent", "whole_buffer", "ring_terms", "collective_time"]
+           "ring_steps", "node_busbw", "bytes_sent", "ring_terms", "collective_time"]
 
 
 @dataclass(frozen=True)
@@ -200,12 +200,6 @@ def bytes_sent(op: str, nbytes: float, world: int) -> float:
     it, twice that for an all-reduce (CommDebugMode's count)."""
     return ring_steps(op, world) * nbytes / world
 
-
-def whole_buffer(op: str, sent: float, world: int) -> float:
-    """The inverse of :func:`bytes_sent`: the bytes of the whole buffer of a ring collective on ``world``
-    ranks, from the bytes one rank sends in it (CommDebugMode's count): ``sent * t / (t-1)``, over two for
-    an all-reduce."""
-    return sent * world / ring_steps(op, world)
 
 
 def node_busbw(world: int, nodes: int, gpu: GPU, caller: str) -> float:

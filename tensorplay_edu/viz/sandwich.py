@@ -17,25 +17,31 @@ __all__ = ["draw_prepare_sandwich", "sandwich_steps"]
 _STEP_W, _BOX_W = 1.9, 1.6
 
 
-def sandwich_steps(b: int, s: int, h: int, out: int, t: int, module: str = "GatheredSliceLinear"):
+_MODULE_TEXT = "to_local(grad_placements=\n[Partial()]): its input\ngradient is an addend"
+
+
+def sandwich_steps(b: int, s: int, h: int, out: int, t: int, module: str = "GatheredSliceLinear",
+                   module_text: str = _MODULE_TEXT):
     """The seven boxes, left to right: ``(name, text, face colour, edge colour)``. Tensors are white boxes with
-    their layout and local shape; the two conversions are red boxes saying what they do each way."""
+    their layout and local shape; the two conversions are red boxes saying what they do each way;
+    ``module_text`` is the module box's text."""
     comm_face = "#FBE3E3"
     return [("x", f"Shard(1)\n[b, s/t, h] = [{b}, {s // t}, {h}]", "white", "black"),
             ("g", "forward: all-gather\nbackward: reduce-scatter", comm_face, COMM_COLOR),
             ("x, gathered", f"Replicate()\n[b, s, h] = [{b}, {s}, {h}]", "white", "black"),
-            (module, "to_local(grad_placements=\n[Partial()]): its input\ngradient is an addend", "#E8EEF7", "black"),
+            (module, module_text, "#E8EEF7", "black"),
             ("y, an addend", f"Partial()\n[b, s, out] = [{b}, {s}, {out}]", "white", "black"),
             ("g\u0304", "forward: reduce-scatter\nbackward: all-gather", comm_face, COMM_COLOR),
             ("y", f"Shard(1)\n[b, s/t, out] = [{b}, {s // t}, {out}]", "white", "black")]
 
 
 def draw_prepare_sandwich(b: int, s: int, h: int, out: int, t: int, module: str = "GatheredSliceLinear",
-                          label: str = "The"):
+                          label: str = "The", text_size: float = 7.5, module_text: str = _MODULE_TEXT):
     """The sandwich on rank 0: the boxes of ``sandwich_steps`` joined by arrows, forward left to right above
     them, backward right to left below them (in the collective colour). ``label`` starts the title (e.g. a
-    section's name, "5c's"), so no section number is fixed here."""
-    steps = sandwich_steps(b, s, h, out, t, module)
+    section's name, "5c's"), so no section number is fixed here; ``text_size`` the boxes' text; ``module_text``
+    the module box's text (shorter text fits a larger size)."""
+    steps = sandwich_steps(b, s, h, out, t, module, module_text)
     width = len(steps) * _STEP_W
     fig, ax = plt.subplots(figsize=(13, 3.3))
     ax.set_xlim(-0.1, width), ax.set_ylim(-1.5, 1.4), ax.axis("off")
@@ -45,7 +51,7 @@ def draw_prepare_sandwich(b: int, s: int, h: int, out: int, t: int, module: str 
                                     edgecolor=edge))
         ax.text(left + _BOX_W / 2, 0.3, barred(name), ha="center", fontsize=10 if len(name) < 15 else 8.5, weight="bold",
                 color=edge)                                  # a long class name: smaller, inside its box
-        ax.text(left + _BOX_W / 2, -0.1, text, ha="center", va="center", fontsize=7.5)
+        ax.text(left + _BOX_W / 2, -0.1, text, ha="center", va="center", fontsize=text_size)
         if k:
             ax.add_patch(FancyArrowPatch((left - 0.28, 0), (left + 0.02, 0), arrowstyle="->", mutation_scale=12))
     right = width - 0.4
