@@ -6,8 +6,8 @@ import pytest
 
 from tensorplay_edu import Partial, Replicate, Shard
 from tensorplay_edu.debug import CommRecord
-from tensorplay_edu.viz import (PHASE_COLORS, RANK_COLORS, SHARED_COLOR, draw_collective, draw_comm_chart, draw_flow,
-                                draw_layout, draw_transition, pieces)
+from tensorplay_edu.viz import (RANK_COLORS, SHARED_COLOR, draw_collective, draw_flow, draw_layout, draw_transition,
+                                pieces)
 from figures import texts as _texts, hex_color as _hex
 
 
@@ -114,27 +114,12 @@ def test_transition_shows_forward_and_backward_collectives():
     assert _texts(fig.axes[1]) == ["forward: nothing", "backward: all_reduce"]
 
 
-def test_flow_and_comm_chart():
+def test_flow_arrows_and_an_unknown_collective():
     fig = draw_flow([("tok_embeddings", "tensor [2, 8]", "tensor [2, 4, 16]", "reduce_scatter"),
                      ("norm", "tensor [2, 4, 16]", "DTensor S(1) [2, 8, 16]", "")])
     assert {"tok_embeddings", "norm", "reduce_scatter", "DTensor S(1) [2, 8, 16]"} <= set(_texts(fig.axes[0]))
     arrows = [p for p in fig.axes[0].patches if isinstance(p, matplotlib.patches.FancyArrowPatch)]
     assert [a.get_gid() for a in arrows] == ["flow 0->1"]  # one arrow between two consecutive steps, none after
-    recs = [CommRecord("all_gather", "forward", (8, 4), "float32", 4, 96, "attention"),
-            CommRecord("reduce_scatter", "backward", (8, 4), "float32", 4, 96, "attention"),
-            CommRecord("all_gather", "forward", (8, 4), "float32", 4, 96, "attention")]
-    fig = draw_comm_chart(recs)
-    ax = fig.axes[0]
-    # issue order, forward first: one bar per collective, coloured by phase (never a rank colour)
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["attention  all_gather", "attention  all_gather",
-                                                            "attention  reduce_scatter"]
-    bars = [p for p in ax.patches if p.get_width() > 0]
-    assert [p.get_width() for p in bars] == [96, 96, 96]
-    assert [_hex(p) for p in bars] == [PHASE_COLORS["forward"].lower()] * 2 + [PHASE_COLORS["backward"].lower()]
-    assert not {_hex(p) for p in ax.patches} & {c.lower() for c in RANK_COLORS}
-    assert ax.get_ylim()[0] > ax.get_ylim()[1]  # the first collective at the top
-    assert [line.get_ydata()[0] for line in ax.lines] == [1.5]  # the forward | backward line
-    assert "3 collectives" in ax.get_title()
     with pytest.raises(ValueError, match="draw_collective"):
         draw_collective("broadcast")
 
@@ -268,7 +253,7 @@ def test_viz_modules_import_in_any_order():
     import subprocess
     import sys
     for first in ("tensorplay_edu.viz.runs", "tensorplay_edu.viz.style", "tensorplay_edu.viz.ring", "tensorplay_edu.viz"):
-        code = f"import {first}; import tensorplay_edu.viz as v; assert v.draw_comm_chart and v.RANK_COLORS"
+        code = f"import {first}; import tensorplay_edu.viz as v; assert v.draw_flow and v.RANK_COLORS"
         subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -285,11 +270,11 @@ def test_memory_bars_stack_components_in_fixed_colours():
 
 
 def test_every_picture_uses_fonts_of_at_least_8_points():
-    from tensorplay_edu.viz import draw_block, draw_memory
+    from tensorplay_edu.viz import draw_block_pair, draw_memory
     figs = [draw_layout((10, 6), [Shard(0)], (4,)), draw_layout((4, 6), [Partial()], (3,)),
             draw_layout((6, 8), [Shard(0), Partial()], (2, 2)), draw_transition((8, 8), Shard(0), Replicate()),
-            draw_block(False), draw_block(True, 4, 3), draw_memory({"a": {"x": 1}}),
-            draw_comm_chart([CommRecord("all_reduce", "forward", (8,), "float32", 4, 48, "wo")])]
+            draw_block_pair(), draw_block_pair(4, 3), draw_memory({"a": {"x": 1}}),
+            draw_flow([("wo", "tensor [2, 8]", "tensor [2, 8]", "all_reduce")])]
     for fig in figs:
         for text in fig.findobj(matplotlib.text.Text):
             if text.get_text():
@@ -297,7 +282,7 @@ def test_every_picture_uses_fonts_of_at_least_8_points():
 
 
 def test_block_diagram_names_f_and_f_bar_and_labels_local_shapes():
-    from tensorplay_edu.viz import block_steps, draw_block
+    from tensorplay_edu.viz import block_steps, draw_block_pair
     vanilla = block_steps(False, 2, batch=2, seq=8, dim=16, n_heads=4, n_kv_heads=2)
     comms = [(s["what"], s["fwd"], s["bwd"]) for s in vanilla if s["kind"] == "comm"]
     assert comms == [("f: identity / all-reduce", "nothing", "all_reduce"),
@@ -305,9 +290,9 @@ def test_block_diagram_names_f_and_f_bar_and_labels_local_shapes():
     sp = block_steps(True, 4, 3, batch=2, seq=8, dim=16, n_heads=4)
     assert [s["fwd"] for s in sp if s["kind"] == "comm"] == ["all_gather (dim 1)", "reduce_scatter (dim 1)"] * 2
     assert sp[0]["shape"] == [2, 2, 16] and sp[0]["placement"] == "Shard(1)"
-    texts = [t.get_text() for t in draw_block(True, 4, 3).axes[0].texts]
-    assert "Shard(1) \u00b7 local [2, 2, 16]" in texts  # s/t = 2 at t = 4: every shape says it is local
-    assert any("backward: reduce_scatter (dim 1)" in t for t in texts)
+    fig = draw_block_pair(4, 3)
+    assert "Shard(1) \u00b7 [2, 2, 16]" in [t.get_text() for t in fig.axes[1].texts]  # s/t = 2 at t = 4
+    assert "rank 3's local one" in fig.get_suptitle()  # the title says every shape is local
     with pytest.raises(ValueError, match="n_heads=4 .* world_size=3"):
         block_steps(False, 3, n_heads=4)
 
@@ -316,8 +301,8 @@ def test_block_diagram_names_f_and_f_bar_and_labels_local_shapes():
 def test_block_diagram_draws_the_residuals_the_reshape_and_its_letters(sp):
     """Two residual skip arrows (x around attention, h around the feed-forward); the heads reshaped back to
     [b, s, h/t] before wo; the collectives named with one convention, spelled out under the picture:
-    f and f-bar (vanilla), g and g-bar (sequence parallel), Korthikanti's letters; the same size for every block."""
-    from tensorplay_edu.viz import block_steps, draw_block
+    f and f-bar (vanilla), g and g-bar (sequence parallel), Korthikanti's letters."""
+    from tensorplay_edu.viz import block_steps, draw_block_pair
     steps = block_steps(sp, 2, batch=2, seq=8, dim=16, n_heads=4)
     names = [s["name"] for s in steps]
     reshape = steps[names.index("reshape")]
@@ -325,18 +310,18 @@ def test_block_diagram_draws_the_residuals_the_reshape_and_its_letters(sp):
     assert "[b, s, H/t, hd] \u2192 [b, s, h/t]" in reshape["what"]
     letters = [s["what"].split(":")[0] for s in steps if s["kind"] == "comm"]
     assert letters == (["g", "g\u0304"] if sp else ["f", "f\u0304"]) * 2
-    fig = draw_block(sp)
-    ax = fig.axes[0]
+    ax = draw_block_pair().axes[int(sp)]  # vanilla left, sequence parallel right
     skips = {p.get_gid(): p for p in ax.patches if (p.get_gid() or "").startswith("residual")}
     assert sorted(skips) == ["residual r", "residual x"]
     # each skip is labelled halfway along it: x from the block input to "+ x", r from "+ x" to "+ r" (y: n-1 at the top)
     mid = {t.get_text(): t.get_position()[1] for t in ax.texts if t.get_text().startswith("residual: ")}
     top, add_x, add_h = len(steps) - 1, len(steps) - 1 - names.index("+ x"), len(steps) - 1 - names.index("+ r")
     assert mid == pytest.approx({"residual: x": (top + add_x) / 2, "residual: r": (add_x + add_h) / 2})
-    key = [t for t in _texts(ax) if "backward;" in t]
-    assert key == ([r"g: all-gather forward, reduce-scatter backward; $\bar{g}$: reduce-scatter forward, all-gather backward"]
-                   if sp else [r"f: identity forward, all-reduce backward; $\bar{f}$: all-reduce forward, identity backward"])
-    assert tuple(fig.get_size_inches()) == (8.6, 10.3)
+    key = [t for t in _texts(ax) if "backward\n" in t]
+    assert key == ([r"g: all-gather forward, reduce-scatter backward" "\n"
+                    r"$\bar{g}$: reduce-scatter forward, all-gather backward"] if sp else
+                   [r"f: identity forward, all-reduce backward" "\n"
+                    r"$\bar{f}$: all-reduce forward, identity backward"])
 
 
 def _block_shapes(plan: str, n_kv_heads: int):
@@ -370,12 +355,15 @@ def test_block_diagram_shapes_are_the_real_blocks(plan):
 
 
 def test_the_rank_palette_is_used_only_for_ranks():
-    """Pictures without ranks in them (the block, flows, comm charts, memory, a transition's arrows) use no rank colour."""
-    from tensorplay_edu.viz import draw_block, draw_memory
+    """Pictures without ranks in them (the block, flows, a backward's collectives, memory, a transition's arrows) use
+    no rank colour."""
+    from tensorplay_edu.viz import draw_block_pair, draw_grad_sync_order, draw_memory
     ranks = {c.lower() for c in RANK_COLORS}
-    figs = [draw_block(False), draw_block(True), draw_memory({"a": {"x": 1, "y": 2}}),
+    figs = [draw_block_pair(), draw_memory({"a": {"x": 1, "y": 2}}),
             draw_flow([("wo", "tensor [2, 8]", "tensor [2, 8]", "all_reduce")]),
-            draw_comm_chart([CommRecord("all_reduce", "backward", (8,), "float32", 4, 48, "wo")])]
+            draw_grad_sync_order([(0, "tp", "all_reduce", "norm.weight", []), (1, "tp", "reduce_scatter", "wo", []),
+                                  (2, "dp", "all_reduce", "", ["norm.weight"])], {"norm.weight"},
+                                 {"tp": [0, 1], "dp": [0, 2]})]
     middle = draw_transition((8, 8), Shard(0), Replicate()).axes[1]  # the arrows between the two layouts
     colours = [mcolors.to_hex(c) for fig in figs for p in fig.findobj(matplotlib.patches.Patch)
                for c in (p.get_facecolor(), p.get_edgecolor())]

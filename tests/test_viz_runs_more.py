@@ -63,7 +63,7 @@ def test_ring_timelines_one_panel_per_ring_with_waiting_marked():
     assert all(p.get_hatch() for p in hatched)
 
 
-def test_float8_values_amax_bytes_and_differences():
+def test_float8_values_amax_and_differences():
     values = {"e4m3": torch.tensor([0.002, 0.0156, 1.0, 1.125, 448.0])}
     pos = values["e4m3"]
     gaps = {"e4m3": (pos, (pos[1:] - pos[:-1]) / pos[:-1])}
@@ -78,14 +78,6 @@ def test_float8_values_amax_bytes_and_differences():
     left = fig.axes[0]
     assert sorted(t.get_text() for t in left.get_legend().get_texts()) == [
         "global amax", "rank 0's local amax", "rank 0's rows", "rank 1's local amax", "rank 1's rows"]
-
-    bars = {"fp32": {("forward", "all_gather"): (0, 100, "float32")},
-            "float8 + fp32": {("forward", "all_gather"): (25, 0, "float32")}}
-    ax = viz.draw_bytes_by_kind(bars, {"float32": "#555555"}, title="t").axes[0]
-    heights = [round(p.get_height()) for p in ax.patches if p.get_height() > 0]
-    assert heights == [100, 25] and [t.get_text() for t in ax.get_legend().get_texts()] == [
-        "float32 bytes", "float8 bytes (1 B/elem)"]
-    assert [t.get_text() for t in ax.texts] == [" fp32", " f8+fp32"]
 
     ax = viz.draw_relative_differences({"a": ([1e-3, 0.0], "o", "black")}).axes[0]
     assert list(ax.lines[0].get_ydata()) == [1e-3, 1e-17]  # zero drawn at the floor

@@ -3,7 +3,7 @@ cut it: f and f̄ (the vanilla plan), or g and ḡ (the full plan, sequence para
 
 :func:`block_steps` lists the block top to bottom: each module, each collective (with its
 forward and its backward, Megatron's name beside PyTorch's placements), and the tensor on every
-edge with its placement and *this rank's* local shape.  :func:`draw_block` draws that list;
+edge with its placement and *this rank's* local shape.  :func:`draw_steps` draws such a list on an axes;
 :func:`draw_block_pair` draws the vanilla and the sequence-parallel block side by side, the steps that
 sequence parallelism changes in red.
 ``tests/test_viz.py`` runs the real block under ``parallelize_llama`` and checks the list's
@@ -24,7 +24,7 @@ from matplotlib.path import Path
 from ..placement import chunk_sizes
 from .style import COMM_COLOR, PHASE_COLORS, barred
 
-__all__ = ["block_steps", "block_changes", "draw_steps", "draw_block", "draw_block_pair"]
+__all__ = ["block_steps", "block_changes", "draw_steps", "draw_block_pair"]
 
 _FILL = {"module": "#E8EEF7", "local": "#FFFFFF", "comm": "#FBE3E3", "input": "#F4F4F4"}
 
@@ -132,32 +132,6 @@ def draw_steps(ax, steps, *, changed=None, moved=(), notes=True, local=True):
                 va="center", fontsize=8, family="monospace", color=COMM_COLOR if i in moved else "black")
 
 
-def draw_block(sp: bool = False, world_size: int = 2, rank: int = 0, title=None, **dims):
-    """The block of :func:`block_steps`, top to bottom: modules in blue, work without communication
-    in white, collectives in red with their forward / backward (``f``, ``f\u0304``; under sequence
-    parallelism ``g``, ``g\u0304``); on each arrow the tensor that flows, as ``placement · local [shape]`` on
-    rank ``rank``.  The two residual connections (r = x + attention, then r + feed_forward; r, since h is
-    the width) are skip arrows on the left.  ``dims``: batch, seq, dim, n_heads, n_kv_heads, ffn_hidden
-    (as :func:`block_steps`)."""
-    steps = block_steps(sp, world_size, rank, **dims)
-    n = len(steps)
-    fig, ax = plt.subplots(figsize=(8.6, 10.3))  # one size for every block (its callers' outputs say so)
-    ax.axis("off")
-    ax.set_xlim(-0.5, 10)
-    ax.set_ylim(-1.3, n - 0.2)
-    draw_steps(ax, steps)
-    _residual_skips(ax, steps)
-    letters = _LETTERS[sp].replace("\n", "; ")
-    ax.text(-0.4, -1.05, barred(letters), ha="left", va="center", fontsize=8, color=COMM_COLOR)
-    t, seq = world_size, dims.get("seq", 8)
-    ax.set_title(title or (f"one block, {'full plan (sequence parallel)' if sp else _VANILLA}"
-                           f", t = {t}: every shape is rank {rank}'s local shape (s = {seq}"
-                           + (f", s/t = {chunk_sizes(seq, t)[rank]}" if sp else "") + ")"), fontsize=9)
-    fig.tight_layout()
-    return fig
-
-
-_VANILLA = r"vanilla plan (f and $\bar{f}$)"
 _KEYS = ("what", "fwd", "bwd", "placement", "shape", "also")
 # Korthikanti et al. 2022's letters (Shoeybi et al. 2019 called f-bar g): f, f-bar vanilla; g, g-bar under SP.
 _LETTERS = {False: "f: identity forward, all-reduce backward\nf\u0304: all-reduce forward, identity backward",

@@ -1,17 +1,15 @@
-"""Pictures of float8: every value each format can hold (:func:`draw_float8_values`), why the amax must be
-global (:func:`draw_amax_slices`), and the bytes a step sends by dtype (:func:`draw_bytes_by_kind`).
-Reached as ``tensorplay_edu.viz.*``; a float8 piece is gold with a dashed edge (``FLOAT8_STYLE``).
+"""Pictures of float8: every value each format can hold (:func:`draw_float8_values`) and why the amax must
+be global (:func:`draw_amax_slices`). Reached as ``tensorplay_edu.viz.*``.
 """
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import torch
-from matplotlib.patches import Patch
 
-from .style import FLOAT8_STYLE, RANK_COLORS
+from .style import RANK_COLORS
 
-__all__ = ["draw_float8_values", "draw_amax_slices", "draw_bytes_by_kind"]
+__all__ = ["draw_float8_values", "draw_amax_slices"]
 
 
 def draw_float8_values(gaps, props, mantissa_bits, colors):
@@ -73,33 +71,3 @@ def draw_amax_slices(x, rel_local, rel_global, world, color_global):
     fig.tight_layout()
     return fig
 
-
-def draw_bytes_by_kind(bars, colors, title=None):
-    """Grouped bars of the bytes a rank sent in one step: ``bars[version][(phase, op)] = (float8 bytes,
-    high-precision bytes, high-precision dtype name)``, one group per (phase, op), one bar per version. The
-    float8 part of a bar is gold with a dashed edge (1 byte per element), the high-precision part in
-    ``colors[dtype name]``; each bar is named above it (``float8 + `` shortened to ``f8+``)."""
-    versions = list(bars)
-    kinds = list(dict.fromkeys(k for v in bars.values() for k in v))
-    fig, ax = plt.subplots(figsize=(11, 3.8))
-    width, top = 0.8 / len(versions), 0
-    for j, name in enumerate(versions):
-        for i, kind in enumerate(kinds):
-            f8, hp, dtype = bars[name].get(kind, (0, 0, None))
-            color = colors.get(dtype, "#AAAAAA")
-            x = i + width * (j - (len(versions) - 1) / 2)
-            ax.bar(x, f8, width, color=FLOAT8_STYLE["facecolor"], edgecolor="black", linestyle="--", linewidth=0.8)
-            ax.bar(x, hp, width, bottom=f8, color=color, edgecolor="black", linewidth=0.5)
-            ax.text(x, f8 + hp, " " + name.replace("float8 + ", "f8+"), rotation=90, ha="center", va="bottom",
-                    fontsize=8)
-            top = max(top, f8 + hp)
-    ax.set_xticks(range(len(kinds)), [f"{phase}\n{op}" for phase, op in kinds], fontsize=9)
-    ax.set_ylabel("bytes sent per rank")
-    ax.set_ylim(0, 1.45 * top)
-    handles = [Patch(facecolor=c) for c in colors.values()] + [Patch(facecolor=FLOAT8_STYLE["facecolor"],
-                                                                    edgecolor="black", linestyle="--")]
-    ax.legend(handles, [f"{d} bytes" for d in colors] + ["float8 bytes (1 B/elem)"], fontsize=8,
-              loc="upper center", ncol=len(handles))
-    ax.set_title(title or "bytes per rank, one step", fontsize=10)
-    fig.tight_layout()
-    return fig

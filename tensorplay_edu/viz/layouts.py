@@ -1,6 +1,5 @@
 """Pictures of layouts: what each rank holds (:func:`draw_layout`), what a transition moves
-forward and backward (:func:`draw_transition`), what a collective does (:func:`draw_collective`), and
-Megatron's ``f`` on a column-split matmul's input (:func:`draw_megatron_f`).
+forward and backward (:func:`draw_transition`), and what a collective does (:func:`draw_collective`).
 Colours and labels come from :mod:`.style`."""
 
 from __future__ import annotations
@@ -14,8 +13,7 @@ from ..placement import Partial, Replicate, Shard, chunk_offset, chunk_sizes, no
 from ..transition import TABLE
 from .style import COMM_COLOR, PARTIAL_HATCH, RANK_COLORS, SHARED_COLOR
 
-__all__ = ["pieces", "view_dims", "draw_global", "move_op", "draw_layout", "draw_transition", "draw_collective",
-           "draw_megatron_f"]
+__all__ = ["pieces", "view_dims", "draw_global", "move_op", "draw_layout", "draw_transition", "draw_collective"]
 
 
 def _kind(p) -> str:
@@ -246,54 +244,3 @@ def draw_collective(op: str, world_size: int = 4, shape=(8, 8)):
     src, dst = _COLLECTIVES[op]
     return draw_transition(shape, src, dst, world_size, backward=False, title=f"{op}: {src} -> {dst}")
 
-
-def draw_megatron_f(x_shape, a_shape, world_size: int = 4):
-    """Megatron's ``f`` on the input ``X`` [b·s, h] of a column-split matmul ``X A``, forward above and
-    backward below, every tensor box drawn at one size.
-
-    Forward: ``X`` is ``Replicate`` (one grey box, drawn once) and reaches every rank unchanged; rank r
-    multiplies it by its column block ``A_r`` (``A`` [h, F] drawn as t column blocks in the rank colours).
-    Backward: what comes back from rank r's columns, ``dU_r A_rᵀ``, is an addend (t hatched sheets, as
-    :func:`draw_layout` stacks a ``Partial``); the all-reduce sums it into the ``Replicate`` gradient
-    every rank needs."""
-    t = world_size
-    w, ht, gap = 3.2, 1.9, 2.9                     # every box w x ht; the arrows span the gap between them
-    right, top = w + gap, ht + 0.7                 # x of the right-hand boxes, y of the forward row
-    fig, ax = plt.subplots(figsize=(9, 4.6))
-
-    def box(x, y, partial, label, gid):
-        if partial:                                # t addends, shifted like cards: rank t-1 in front
-            step = 0.1
-            for k in range(t):
-                off = (t - 1 - k) * step
-                ax.add_patch(Rectangle((x + off, y + off), w - (t - 1) * step, ht - (t - 1) * step, gid=f"{gid} {k}",
-                                       facecolor=RANK_COLORS[k % len(RANK_COLORS)], edgecolor="black",
-                                       hatch=PARTIAL_HATCH, alpha=0.9))
-        else:
-            ax.add_patch(Rectangle((x, y), w, ht, facecolor=SHARED_COLOR, edgecolor="black", gid=gid))
-        ax.text(x + w / 2, y + ht / 2, label, ha="center", va="center", fontsize=8, bbox=_ON_HATCH if partial else None)
-
-    def arrow(x0, x1, y, text, color):
-        ax.add_patch(FancyArrowPatch((x0, y), (x1, y), arrowstyle="->", mutation_scale=18, color=color, linewidth=1.5))
-        ax.text((x0 + x1) / 2, y + 0.15, text, ha="center", va="bottom", fontsize=9, color=color)
-
-    box(0, top, False, f"X {list(x_shape)}: Replicate\nevery rank, the same X", "X")
-    for k in range(t):                             # A [h, F]: rank k's column block A_k
-        ax.add_patch(Rectangle((right + k * w / t, top), w / t, ht, facecolor=RANK_COLORS[k % len(RANK_COLORS)],
-                               edgecolor="black", gid=f"A_{k}"))
-        ax.text(right + (k + 0.5) * w / t, top - 0.12, f"A_{k}", ha="center", va="top", fontsize=8)
-    ax.text(right + w / 2, top + ht + 0.1, f"A {list(a_shape)}: rank r holds the columns A_r", ha="center",
-            va="bottom", fontsize=8)
-    arrow(w + 0.2, right - 0.2, top + ht / 2, "forward: identity (nothing moves)\nrank r computes X · A_r", "black")
-    box(0, 0, False, "dX: Replicate\nthe whole gradient,\non every rank", "dX")
-    box(right, 0, True, "dX from rank r's columns:\ndU_r A_rᵀ, an addend\nPartial: sum pending", "dX addend")
-    arrow(right - 0.2, w + 0.2, ht / 2, "backward: all_reduce\n(sums the t addends)", COMM_COLOR)
-    ax.text(-0.2, top + ht / 2, "forward", rotation=90, ha="right", va="center", fontsize=9)
-    ax.text(-0.2, ht / 2, "backward", rotation=90, ha="right", va="center", fontsize=9, color=COMM_COLOR)
-    ax.set_xlim(-0.6, right + w + 0.2)
-    ax.set_ylim(-0.1, top + ht + 0.6)
-    ax.axis("off")
-    ax.set_title(f"Megatron's f on X [b·s, h], t = {t}: identity forward, all-reduce of a Partial gradient backward",
-                 fontsize=10)
-    fig.tight_layout()
-    return fig

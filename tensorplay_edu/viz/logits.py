@@ -1,5 +1,5 @@
-"""The vocabulary split over ranks (notebooks 03 and 05): which rank owns each token id of a batch, the
-logits and their gradient cut into the ranks' class blocks, and the bytes the last layer and the loss send.
+"""The vocabulary split over ranks: the logits and their gradient cut into the ranks' class blocks
+(:func:`draw_logits_and_gradient`).
 
 Notation: ``b`` batch, ``s`` sequence, ``V`` vocabulary (classes), ``t`` ranks; rank ``r`` owns the classes
 ``starts[r] .. starts[r] + sizes[r] - 1`` (``torch.chunk``'s split).
@@ -9,44 +9,10 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.colors import BoundaryNorm, ListedColormap
 
-from .style import PHASE_COLORS, RANK_COLORS
+from .style import RANK_COLORS
 
-__all__ = ["draw_vocab_owners", "draw_logits_and_gradient", "draw_wire_bytes"]
-
-
-def _owner(ids, starts, sizes):
-    """The rank whose rows hold each id (an array of ids' shape)."""
-    ids = np.asarray(ids)
-    out = np.full(ids.shape, -1)
-    for r, (o, n) in enumerate(zip(starts, sizes)):
-        out[(ids >= o) & (ids < o + n)] = r
-    return out
-
-
-def draw_vocab_owners(ids, starts, sizes, title=None):
-    """The token ids ``[b, s]``, each cell coloured by the rank whose rows of the ``[V, h]`` table hold it
-    (rank r: ``RANK_COLORS[r]``), the id written in it; the colour bar names each rank's ids."""
-    ids = np.asarray(ids)
-    t = len(sizes)
-    fig, ax = plt.subplots(figsize=(8, 2.4))
-    image = ax.imshow(_owner(ids, starts, sizes), cmap=ListedColormap(RANK_COLORS[:t]),
-                      norm=BoundaryNorm(np.arange(t + 1) - 0.5, t))
-    for (i, j), v in np.ndenumerate(ids):
-        ax.text(j, i, str(v), ha="center", va="center", color="white", fontsize=11, weight="bold")
-    ax.set_xticks(range(ids.shape[1]))
-    ax.set_yticks(range(ids.shape[0]))
-    ax.tick_params(labelsize=9)
-    ax.set_xlabel("position s", fontsize=9)
-    ax.set_ylabel("batch b", fontsize=9)
-    ax.set_title(title or "token ids, coloured by the rank whose rows hold them (all other ranks write zeros there)",
-                 fontsize=10)
-    bar = fig.colorbar(image, ax=ax, ticks=range(t), fraction=0.05, pad=0.02)
-    bar.ax.set_yticklabels([f"rank {r}: ids {starts[r]}..{starts[r] + sizes[r] - 1}" for r in range(t)], fontsize=8)
-    bar.ax.invert_yaxis()
-    fig.tight_layout()
-    return fig
+__all__ = ["draw_logits_and_gradient"]
 
 
 def draw_logits_and_gradient(logits, grad, target, starts, sizes):
@@ -72,30 +38,3 @@ def draw_logits_and_gradient(logits, grad, target, starts, sizes):
     fig.tight_layout()
     return fig
 
-
-def draw_wire_bytes(paths, title=None):
-    """Bytes one rank sends, per path and phase, as grouped bars on a log scale, each labelled with its
-    bytes: ``paths`` maps a path (``"gather logits"``, ``"loss_parallel"``) to ``{phase: bytes}``
-    (``"forward"``, ``"backward"``: the same phases in every path).  The log scale keeps a bar of a few
-    hundred bytes visible beside one of a hundred thousand; the labels give the numbers."""
-    names = list(paths)
-    phases = list(dict.fromkeys(ph for parts in paths.values() for ph in parts))
-    width = 0.8 / len(phases)
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for k, phase in enumerate(phases):
-        xs = [i + (k - (len(phases) - 1) / 2) * width for i in range(len(names))]
-        values = [paths[name].get(phase, 0) for name in names]
-        color = PHASE_COLORS["backward" if phase.startswith("backward") else "forward"]
-        ax.bar(xs, values, width=width * 0.95, color=color, edgecolor="black", label=phase)
-        for x, v in zip(xs, values):
-            ax.text(x, v, f"{v:,}", ha="center", va="bottom", fontsize=8)
-    ax.set_yscale("log")
-    values = [v for parts in paths.values() for v in parts.values() if v > 0]
-    ax.set_ylim(min(values) / 4, max(values) * 4)
-    ax.set_xticks(range(len(names)), names)
-    ax.tick_params(labelsize=9)
-    ax.set_ylabel("bytes sent per rank (log scale)", fontsize=9)
-    ax.set_title(title or "bytes sent per rank", fontsize=10)
-    ax.legend(fontsize=8, loc="upper right")
-    fig.tight_layout()
-    return fig

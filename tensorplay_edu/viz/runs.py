@@ -1,7 +1,6 @@
 """Pictures of what a run did: the layouts flowing through a parallelized model
-(:func:`trace_flow` / :func:`draw_flow`), the collectives CommDebugMode counted
-(:func:`draw_comm_chart`), memory stacked by component (:func:`draw_memory`), the loss differences
-step by step (:func:`draw_relative_differences`) and the order of a backward's gradient collectives
+(:func:`trace_flow` / :func:`draw_flow`), memory stacked by component (:func:`draw_memory`), the loss
+differences step by step (:func:`draw_relative_differences`) and the order of a backward's gradient collectives
 (:func:`draw_grad_sync_order`). Reached as ``tensorplay_edu.viz.*``; colours and conventions are viz's.
 """
 
@@ -9,13 +8,13 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import torch
-from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
+from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from ..debug import CommDebugMode
 from ..dtensor import DTensor
-from .style import COMM_COLOR, FLOAT8_STYLE, PHASE_COLORS, comm_label, float8_tag
+from .style import COMM_COLOR, FLOAT8_STYLE, comm_label, float8_tag
 
-__all__ = ["trace_flow", "draw_flow", "draw_comm_chart", "draw_memory", "draw_relative_differences", "draw_grad_sync_order"]
+__all__ = ["trace_flow", "draw_flow", "draw_memory", "draw_relative_differences", "draw_grad_sync_order"]
 
 
 def _describe_value(x) -> str:
@@ -133,31 +132,6 @@ def draw_flow(steps, title=None):
         ax.text(0.5, -0.3, "float8 (e4m3 forward, e5m2 gradients): 1 byte per element", ha="center", va="center",
                 fontsize=8, bbox=FLOAT8_STYLE)
     ax.set_title(title or "layouts in -> module -> layouts out   (collectives in dark red)", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def draw_comm_chart(records, title=None):
-    """Every collective in the order the rank issued it, top to bottom: a timeline of one
-    step, forward first, then backward below a line.  One bar per collective, its length the
-    bytes this rank sent, labelled with the module and the op (:func:`comm_label`); the bars
-    are coloured by phase (:data:`PHASE_COLORS`), never by rank."""
-    records = list(records)
-    order = [r for r in records if r.phase == "forward"] + [r for r in records if r.phase != "forward"]
-    n = len(order)
-    fig, ax = plt.subplots(figsize=(8, 0.28 * n + 1.5))
-    for y, r in enumerate(order):
-        ax.barh(y, r.bytes, height=0.7, color=PHASE_COLORS[r.phase], edgecolor="black", linewidth=0.6)
-    ax.set_yticks(range(n), [f"{r.module or '-'}  {comm_label(r)}" for r in order], fontsize=8)
-    n_fwd = sum(r.phase == "forward" for r in order)
-    if 0 < n_fwd < n:
-        ax.axhline(n_fwd - 0.5, color="black", linewidth=0.8, linestyle="--")
-    ax.set_ylim(n - 0.5, -0.5)  # the first collective at the top
-    ax.set_xlabel("bytes sent by this rank")
-    ax.set_ylabel("issue order (top first)", fontsize=8)
-    ax.legend([Patch(facecolor=c, edgecolor="black") for c in PHASE_COLORS.values()], list(PHASE_COLORS),
-              fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)  # off the bars
-    ax.set_title(title or f"{n} collectives, {sum(r.bytes for r in order):,} bytes per rank", fontsize=10)
     fig.tight_layout()
     return fig
 
