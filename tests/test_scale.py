@@ -395,6 +395,7 @@ def _saved_per_layer(plans):
     import torch.distributed as dist
 
     from tensorplay_edu import init_device_mesh
+    from tensorplay_edu.lab.saved import saved_bytes
     from tensorplay_edu.models import ModelArgs, Transformer, llama_loss, loss_context, parallelize_llama
     out = []
     for plan in plans:
@@ -403,23 +404,10 @@ def _saved_per_layer(plans):
                                       ffn_hidden=96))  # grouped-query attention: K does not enter the count
         if plan != "none":
             parallelize_llama(model, init_device_mesh("cpu", (dist.get_world_size(),)), plan)
-        skip = {p.untyped_storage().data_ptr() for p in [*model.parameters(), *model.buffers()]}
-        where, seen = ["edges"], {}
-        model.layers["0"].register_forward_pre_hook(lambda *a: where.__setitem__(0, "0"))
-        model.layers["0"].register_forward_hook(lambda *a: where.__setitem__(0, "edges"))
-
-        def pack(t):
-            ptr = t.untyped_storage().data_ptr()
-            if where[0] == "0" and ptr not in skip and ptr not in seen:
-                seen[ptr] = (t.untyped_storage().nbytes(), t)  # keep t alive: its storage stays unique
-            return t
-
         tokens = torch.randint(0, 40, (2, 12), generator=torch.Generator().manual_seed(1))
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            with loss_context(plan if plan != "none" else "vanilla"):
-                loss = llama_loss(model(tokens), tokens)
-        loss.backward()
-        out.append(sum(n for n, _ in seen.values()))
+        with loss_context(plan if plan != "none" else "vanilla"):
+            saved = saved_bytes(model, lambda: llama_loss(model(tokens), tokens))  # lab.saved: one storage once
+        out.append(saved["0"])
     return out
 
 
