@@ -107,6 +107,14 @@ def test_the_standin_ring_runs_ring_gathers_schedule_with_sleeping_transfers():
     assert seen == [(1, [2.0, 3.0]), (0, [0.0, 1.0]), (2, [4.0, 5.0])]
     assert [i.kind for i in tl.intervals].count("transfer") == 2 and 0 <= cpu < 0.004
     assert all(i.cpu_end >= i.cpu_start >= 0 for i in tl.intervals)
+    handles = []  # each sleep's real end lies inside its transfer bar: after posting, before wait() returned
+    with Timeline() as tl:
+        standin_ring(chunks, lambda c, chunk: None, 0.002, r=1, handles=handles)
+    transfers = [i for i in tl.intervals if i.kind == "transfer"]
+    assert len(handles) == len(transfers) == 2
+    for h, i in zip(handles, transfers):
+        done = (h.done_ns - tl.origin_ns) / 1e9
+        assert i.start + 0.002 <= done <= i.end
     out = time_standin_ring(torch.randn(1, 8, 4), [torch.randn(3, 4)], 2, 0.001, repeats=3)
     assert set(out) == {"fused", "comm", "comp", "ideal", "overlap", "transfer_cpu", "seconds"} and out["comm"] >= 0.001
     assert time_standin_ring(torch.randn(1, 8, 4), [torch.randn(3, 4)], 2, repeats=1)["seconds"] > 0  # one chunk's

@@ -31,3 +31,15 @@ def test_sp_saves_the_norms_on_two_ranks():
     assert all(r == tp[0] for r in tp) and all(r == sp[0] for r in sp)
     norms = 4 * (4 * 16 * 2 * 32 + 2 * 16 * 2)            # two norms' x, x/rms, 1/rms, float32
     assert tp[0][0]["0"] - sp[0][0]["0"] == norms // 2 == 16_640 // 2
+
+
+def test_groups_label_the_innermost_forward():
+    from tensorplay_edu.lab.saved import saved_bytes
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8, bias=False), torch.nn.Tanh())
+    x = torch.randn(4, 8, requires_grad=True)
+    out, storages = [], {}
+    run = lambda: (out.append(model(x)) or out[0] ** 2).sum()
+    got = saved_bytes(model, run, groups=[("net", model), ("tanh", model[1])], outside="loss", storages=storages)
+    # by hand: Linear saves its input x, tanh its output, the square its input (tanh's output: already counted)
+    assert got == {"net": 4 * 4 * 8, "tanh": 4 * 4 * 8}, got
+    assert storages == {x.untyped_storage().data_ptr(): 128, out[0].untyped_storage().data_ptr(): 128}

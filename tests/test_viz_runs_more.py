@@ -107,6 +107,9 @@ def test_schedules_step_grid_mesh_grid_and_grad_sync_order():
     timeline = [(0, "tp", "all_reduce", "norm.weight", []), (1, "tp", "all_gather", "w2", []),
                 (2, "dp", "all_reduce", "", ["output.weight", "norm.weight"])]
     ax = viz.draw_grad_sync_order(timeline, {"norm.weight"}, {"tp": [0, 1], "dp": [0, 2]}).axes[0]
+    deep = viz.draw_grad_sync_order([(0, "tp", "all_reduce", "layers.1.ffn_norm.weight", [])],
+                                    {"layers.1.ffn_norm.weight"}, {"tp": [0, 1], "dp": [0, 2]}).axes[0]
+    assert "layers.1\nffn_norm" in _texts(deep)  # the module path as written, not "layers 1"
     dotted = [line for line in ax.lines if line.get_linestyle() == ":"]
     assert len(dotted) == 1 and list(dotted[0].get_xdata()) == [0, 2]  # the norm weight's all-reduce to its bucket
     assert "2 grads" in _texts(ax) and "norm" in _texts(ax)
@@ -125,3 +128,15 @@ def test_ring_step_costs_shade_where_the_transfer_hides():
         "transfer of one chunk", "matmul of one chunk: w1, w3", "matmul of one chunk: wq", "the transfer hides (solid line)"]
     (shade,) = ax.patches
     assert round(shade.get_x(), 6) == 50.0
+
+
+def test_flow_collectives_clear_the_widest_output_label():
+    """A long boxed output label (float8) never runs into the collectives' column: the column moves right of it."""
+    fig = viz.draw_flow([("attention: its input", "DTensor S(1) global [2, 12, 48]",
+                          "Float8Input e4m3 local [2, 12, 48]", "all_reduce (scalar), all_gather e4m3")])
+    ax, renderer = fig.axes[0], fig.canvas.get_renderer()
+    frame = lambda text: next((t.get_bbox_patch() or t).get_window_extent(renderer)  # noqa: E731
+                              for t in ax.texts if t.get_text() == text)
+    out = frame("Float8Input e4m3 local [2, 12, 48]")
+    assert all(frame(c).x0 > out.x1 for c in ("all_reduce (scalar)", "all_gather e4m3  1 B/elem"))
+    assert [line.get_gid() for line in ax.lines].count("margin") == 1  # the frames kept off the figure's edge

@@ -68,16 +68,18 @@ def time_gather_matmul(shard: torch.Tensor, weights: list[torch.Tensor], mesh, d
 
 class SleepTransfer:
     """A stand-in transfer: a thread that sleeps ``seconds`` (no core works meanwhile, as for a copy
-    engine), then ``wait()`` hands over ``chunk``.  ``cpu``: the CPU seconds the thread used."""
+    engine), then ``wait()`` hands over ``chunk``.  ``cpu``: the CPU seconds the thread used; ``done_ns``:
+    ``perf_counter_ns`` when the sleep ended (the transfer's real end, before the rank's ``wait()``)."""
 
     def __init__(self, chunk: torch.Tensor, seconds: float):
-        self.chunk, self.cpu = chunk, 0.0
+        self.chunk, self.cpu, self.done_ns = chunk, 0.0, None
         self._thread = threading.Thread(target=self._run, args=(seconds,), daemon=True)
         self._thread.start()
 
     def _run(self, seconds: float) -> None:
         start = time.thread_time()
         time.sleep(seconds)
+        self.done_ns = time.perf_counter_ns()
         self.cpu = time.thread_time() - start
 
     def wait(self) -> torch.Tensor:
@@ -85,11 +87,12 @@ class SleepTransfer:
         return self.chunk
 
 
-def standin_ring(chunks: list[torch.Tensor], consume, seconds: float, r: int = 0) -> float:
+def standin_ring(chunks: list[torch.Tensor], consume, seconds: float, r: int = 0, handles: list | None = None) -> float:
     """Rank ``r``'s all-gather -> matmul ring (:func:`~tensorplay_edu.async_tp.ring.gather_schedule`, the
     schedule ``ring_gather`` runs) on one process, with ``chunks`` the t chunks of the gathered input and
-    each transfer a :class:`SleepTransfer` of ``seconds``.  Returns the CPU seconds the transfers used."""
-    transfers = []
+    each transfer a :class:`SleepTransfer` of ``seconds``.  Returns the CPU seconds the transfers used;
+    ``handles``, if given, receives the transfers (their ``done_ns``: when each sleep ended)."""
+    transfers = [] if handles is None else handles
 
     def post(chunk, incoming):  # the stand-in "receives" chunk `incoming` after sleeping
         transfers.append(SleepTransfer(chunks[incoming], seconds))

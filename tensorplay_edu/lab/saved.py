@@ -6,22 +6,23 @@ import torch.distributed as dist
 __all__ = ["saved_bytes", "saved_per_layer"]
 
 
-def saved_bytes(model, run) -> dict:
+def saved_bytes(model, run, groups=None, outside="edges", storages=None) -> dict:
     """Bytes saved for backward while ``run()`` executes, then its loss's backward: ``{layer name or "edges":
     bytes}``. Each storage counts once (``wq``, ``wk``, ``wv`` save one input; a view saves its base);
-    parameters and buffers are left out; a tensor belongs to the layer whose forward pre-hook last ran,
-    anything outside ``model.layers`` to "edges"."""
+    parameters and buffers are left out; a tensor belongs to the layer whose forward is running (the innermost),
+    anything outside ``model.layers`` to "edges". ``groups``, a list of (label, module) pairs, replaces the
+    layers (06 labels the norms "norms", the model "other"); ``outside`` renames "edges"; a dict passed as
+    ``storages`` receives {storage pointer: bytes} of what was counted (05 asks whether the logits are among them)."""
     skip = {q.untyped_storage().data_ptr() for q in [*model.parameters(), *model.buffers()]}
-    where, seen = ["edges"], {}
-    hooks = [layer.register_forward_pre_hook(lambda mod, a, n=name: where.__setitem__(0, n))
-             for name, layer in model.layers.items()]
-    hooks += [layer.register_forward_hook(lambda mod, a, o: where.__setitem__(0, "edges"))
-              for layer in model.layers.values()]
+    groups = list(model.layers.items()) if groups is None else groups
+    stack, seen = [], {}                                     # the labels of the forwards running, innermost last
+    hooks = [mod.register_forward_pre_hook(lambda m, a, n=label: stack.append(n)) for label, mod in groups]
+    hooks += [mod.register_forward_hook(lambda m, a, o: stack.pop() and None) for _, mod in groups]
 
     def pack(tensor):
         storage = tensor.untyped_storage()
         if storage.data_ptr() not in skip and storage.data_ptr() not in seen and storage.nbytes():
-            seen[storage.data_ptr()] = (where[0], storage.nbytes(), tensor)   # keep it: its storage stays unique
+            seen[storage.data_ptr()] = (stack[-1] if stack else outside, storage.nbytes(), tensor)   # keep it: its storage stays unique
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
@@ -32,6 +33,8 @@ def saved_bytes(model, run) -> dict:
     out = {}
     for name, nbytes, _ in seen.values():
         out[name] = out.get(name, 0) + nbytes
+    if storages is not None:
+        storages.update({ptr: nbytes for ptr, (_, nbytes, _) in seen.items()})
     return out
 
 

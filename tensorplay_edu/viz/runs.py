@@ -58,19 +58,20 @@ def trace_flow(model, *inputs, depth: int = 3) -> list[tuple[str, str, str, str]
 
 
 def _flow_text(ax, x, y, text, ha, fontsize=8):
-    ax.text(x, y, text, ha=ha, va="center", fontsize=fontsize, bbox=FLOAT8_STYLE if float8_tag(text) else None)
+    return ax.text(x, y, text, ha=ha, va="center", fontsize=fontsize, bbox=FLOAT8_STYLE if float8_tag(text) else None)
 
 
 def _flow_comms(ax, y, comms):
     lines = [c for c in comms.split(", ") if c] if comms else []
     if lines and not any(float8_tag(c) for c in lines):  # one collective per line, in the right margin
-        ax.text(1.0, y, comms.replace(", ", "\n"), ha="left", va="center", fontsize=8, color=COMM_COLOR)
-        return
+        return [ax.text(1.0, y, comms.replace(", ", "\n"), ha="left", va="center", fontsize=8, color=COMM_COLOR)]
+    texts = []
     for j, c in enumerate(lines):  # one text per collective, the float8 ones boxed and tagged
         yj = y + 0.22 * ((len(lines) - 1) / 2 - j)
         f8 = float8_tag(c)
-        ax.text(1.0, yj, f"{c}  1 B/elem" if f8 else c, ha="left", va="center", fontsize=8,
-                color="black" if f8 else COMM_COLOR, bbox=FLOAT8_STYLE if f8 else None)
+        texts += [ax.text(1.0, yj, f"{c}  1 B/elem" if f8 else c, ha="left", va="center", fontsize=8,
+                          color="black" if f8 else COMM_COLOR, bbox=FLOAT8_STYLE if f8 else None)]
+    return texts
 
 
 def _each(texts):
@@ -100,7 +101,7 @@ def draw_flow(steps, title=None):
     any_float8 = any(float8_tag(text) for level in levels for row in level for text in row[1:])
     fig, ax = plt.subplots(figsize=(9, 0.9 * n + 0.8 + (0.3 if any_float8 else 0)))
     ax.axis("off")
-    centres = []  # per level, the x of each box's centre
+    centres, outs, comm_texts = [], [], []  # per level, the x of each box's centre; the right-hand texts
     for i, level in enumerate(levels):
         y, k = n - i - 0.5, len(level)
         width = (0.4 - 0.03 * (k - 1)) / k
@@ -115,9 +116,9 @@ def draw_flow(steps, title=None):
         _flow_text(ax, 0.28, y, _each(row[1] for row in level), "right")
         out, comms = _each(row[2] for row in level), _each(row[3] for row in level)
         shared = k > 1 and len({row[2] for row in level}) == 1
-        _flow_text(ax, 0.72, y, f"{out}  (each)" if shared and out else out, "left")
-        _flow_comms(ax, y, ", ".join(f"{c} (each)" for c in comms.split(", ")) if k > 1 and comms and
-                    len({row[3] for row in level}) == 1 else comms)
+        outs.append(_flow_text(ax, 0.72, y, f"{out}  (each)" if shared and out else out, "left"))
+        comm_texts += _flow_comms(ax, y, ", ".join(f"{c} (each)" for c in comms.split(", ")) if k > 1 and comms and
+                                  len({row[3] for row in level}) == 1 else comms)
     for i in range(n - 1):  # every box of a step to every box of the next: what runs next
         y = n - i - 0.5
         for a, xa in enumerate(centres[i]):
@@ -133,7 +134,33 @@ def draw_flow(steps, title=None):
                 fontsize=8, bbox=FLOAT8_STYLE)
     ax.set_title(title or "layouts in -> module -> layouts out   (collectives in dark red)", fontsize=10)
     fig.tight_layout()
+    _clear_columns(fig, ax, outs, comm_texts)
     return fig
+
+
+def _clear_columns(fig, ax, outs, comm_texts, gap_px=14):
+    """Labels never overlap: the collectives' column moves right of the widest output label (the figure widens
+    by as much), and a frameless margin keeps the boxed labels' frames off the figure's edge."""
+    for _ in range(3):
+        renderer = fig.canvas.get_renderer()
+        ext = lambda t: (t.get_bbox_patch() or t).get_window_extent(renderer)  # noqa: E731  the frame, if boxed
+        fig.canvas.draw()
+        right = max((ext(t).x1 for t in outs if t.get_text()), default=None)
+        left = min((ext(t).x0 for t in comm_texts), default=None)
+        if right is None or left is None or left - right >= gap_px:
+            break
+        dx = right + gap_px - left  # pixels
+        for t in comm_texts:
+            t.set_x(t.get_position()[0] + dx / ax.bbox.width)
+        fig.set_size_inches(fig.get_figwidth() + dx / fig.dpi, fig.get_figheight())
+        fig.tight_layout()
+    fig.canvas.draw()
+    framed = [t.get_bbox_patch().get_window_extent(fig.canvas.get_renderer()) for t in ax.texts if t.get_bbox_patch()]
+    if framed:  # bbox_inches="tight" crops to the texts, not their frames: an invisible line spanning the frames
+        x0, x1 = min(b.x0 for b in framed) - gap_px, max(b.x1 for b in framed) + gap_px
+        inv = ax.transAxes.inverted()
+        (a0, _), (a1, _) = inv.transform((x0, 0)), inv.transform((x1, 0))
+        ax.plot([a0, a1], [0.5, 0.5], transform=ax.transAxes, linewidth=0, clip_on=False, gid="margin")
 
 
 def draw_memory(bars, unit: str = "MB", title=None):
@@ -208,7 +235,7 @@ def draw_grad_sync_order(timeline, norms, groups, title=None):
         if grp == "dp":
             ax.text(k, -0.3, f"{len(params)} grads", ha="center", va="top", fontsize=8)
         if norm:
-            short = module.replace(".weight", "").replace("layers.", "layers ").replace(".", "\n", 1)  # two lines
+            short = "\n".join(module.removesuffix(".weight").rsplit(".", 1))  # the module path as written, two lines
             ax.text(k, 1.25, short, ha="center", va="bottom", fontsize=8)
     handles = [Line2D([], [], linestyle="", marker=m, color=c, markeredgecolor="black" if c == "black" else "gray",
                       markersize=8, label=label) for m, c, label in seen]
