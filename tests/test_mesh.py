@@ -194,3 +194,25 @@ def test_node_picture_shows_tp_inside_nodes_and_dp_across():
         node_groups((2, 4), 3)
     with pytest.raises(ValueError, match="one colour per rank"):
         draw_nodes((2, 8), 8)
+
+
+def _groups_of_both_meshes():
+    """Each rank's tp and dp groups from tensorplay_edu's init_device_mesh and from PyTorch's, both dim orders."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh as torch_mesh
+
+    from tensorplay_edu import init_device_mesh
+
+    out = []
+    for names in (("dp", "tp"), ("tp", "dp")):
+        for build in (init_device_mesh, torch_mesh):
+            mesh = build("cpu", (2, 2), mesh_dim_names=names)
+            out.append([dist.get_process_group_ranks(mesh[n].get_group()) for n in ("tp", "dp")])
+    return out
+
+
+def test_init_device_mesh_builds_the_groups_pytorchs_does():
+    """00c says PyTorch's init_device_mesh builds notebook 00's meshes with the same groups: rank by rank, both orders."""
+    for rank, (ours_dp_tp, torchs_dp_tp, ours_tp_dp, torchs_tp_dp) in enumerate(launch(_groups_of_both_meshes, 4)):
+        assert ours_dp_tp == torchs_dp_tp and ours_tp_dp == torchs_tp_dp, rank
+        assert ours_dp_tp[0] != ours_tp_dp[0], rank   # the order of the names changes the groups

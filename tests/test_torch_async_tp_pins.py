@@ -29,6 +29,7 @@ def test_torch_async_tp_source_matches_notebook_10():
     assert "_pipelined_multi_all_gather_and_consume(" in inspect.getsource(symm._pipelined_all_gather_and_consume)
     pipeline = inspect.getsource(symm._pipelined_multi_all_gather_and_consume)  # the loop it hands over to
     assert "remote_rank = (step + rank) % group_size" in pipeline
+    assert "copy_shard(dst=local_p2p_bufs, src=shard)\n    symm_mem.barrier(channel=1)" in pipeline  # before the first pull
     assert "_pipelined_produce_and_all2all" in inspect.getsource(symm._fused_matmul_reduce_scatter_impl)  # an all-to-all of partials  # at step k, pull rank r + k's shard
     assert all(s in multimem for s in ("has_multicast_support", "not return_A", "gather_dim == 0", "local_M * group.size() <= 2048"))
     # The pass fuses a reduce-scatter only when its input comes straight from one matmul (mm or _scaled_mm,

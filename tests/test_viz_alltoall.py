@@ -33,3 +33,12 @@ def test_the_tensor_is_named_as_the_notebook_names_it():
     fig = draw_all_to_all(4, (8, 8), name="X8")
     assert fig.axes[0].get_title().startswith("before: X8 [8, 8]")
     matplotlib.pyplot.close(fig)
+
+
+def test_mark_stays_labels_the_diagonal_only():
+    fig = draw_all_to_all(4, (8, 8), mark_stays=True)
+    before = [t.get_text() for t in fig.axes[0].texts]
+    assert before.count("stays") == 4 and before.count("-> 2") == 3   # rank r sends t - 1 pieces
+    patches = {p.get_gid(): p for ax in fig.axes for p in ax.patches}
+    assert patches["before piece 1,1"].get_hatch() == "///" and not patches["before piece 1,2"].get_hatch()
+    matplotlib.pyplot.close(fig)

@@ -36,3 +36,9 @@ def test_a_box_per_block_coloured_by_part_and_a_bracket_per_rank():
     assert {mcolors.to_hex(line.get_color()) for line in brackets} == {c.lower() for c in RANK_COLORS[:2]}
     texts = [t.get_text() for t in ax.texts]
     assert texts.count("rank 0: rows 0..71") == 2 and texts.count("rank 1: rows 72..143") == 2
+
+
+def test_no_empty_band_below_the_last_strip():
+    ax, = draw_qkv_rows(heads=12, head_dim=4, world_size=2).axes
+    lowest = min(t.get_position()[1] for t in ax.texts)  # the last strip's rank labels
+    assert ax.get_ylim()[0] > lowest - 0.25

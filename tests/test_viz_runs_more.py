@@ -72,6 +72,8 @@ def test_float8_values_amax_and_differences():
     top, bottom = fig.axes
     assert "FP8_MAX = 448" in _texts(top) and "e4m3\n5 values" in _texts(top)
     assert "e4m3 rounding bound 2^-4" in _texts(bottom)
+    (curve,) = bottom.get_lines()[:1]  # half the gap: the same quantity as the bound line
+    assert curve.get_label() == "e4m3: half the gap / value" and any(abs(y - 2 ** -4) < 1e-6 for y in curve.get_ydata())  # 1 -> 1.125
 
     x = torch.cat([torch.full((4, 4), 0.01), torch.full((4, 4), 5.0)])
     fig = viz.draw_amax_slices(x, torch.ones(8, 4), torch.zeros(8, 4), 2, "#1B7F79")

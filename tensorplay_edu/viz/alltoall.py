@@ -17,10 +17,11 @@ from .style import RANK_COLORS
 __all__ = ["draw_all_to_all"]
 
 
-def draw_all_to_all(world_size: int = 4, shape=(8, 8), name: str = "B"):
+def draw_all_to_all(world_size: int = 4, shape=(8, 8), name: str = "B", mark_stays: bool = False):
     """Two panels of the tensor called ``name`` (``shape``, both dims divisible by ``world_size``): before, split by rows; after, split by
     columns. Piece ``(r, j)`` (row block ``r``, column block ``j``) is in rank ``r``'s colour on both sides: before it
-    is labelled with where it goes (``-> j``), after with where it came from (``from r``). Returns the figure."""
+    is labelled with where it goes (``-> j``), after with where it came from (``from r``). ``mark_stays``: hatch the
+    diagonal pieces ``(r, r)``, which never leave their rank, and label them ``stays``. Returns the figure."""
     t, (n_rows, n_cols) = world_size, shape
     if n_rows % t or n_cols % t:
         raise ValueError(f"draw_all_to_all: shape {shape} must divide by world_size {t} in both dims")
@@ -28,10 +29,13 @@ def draw_all_to_all(world_size: int = 4, shape=(8, 8), name: str = "B"):
     for side, ax in zip(("before", "after"), axes):
         for r in range(t):              # row block r: rank r's rows before
             for j in range(t):          # column block j: rank j's columns after
+                stays = mark_stays and r == j
                 ax.add_patch(Rectangle((j / t, 1 - (r + 1) / t), 1 / t, 1 / t, facecolor=RANK_COLORS[r],
-                                       edgecolor="black", linewidth=0.4, gid=f"{side} piece {r},{j}"))
-                label = f"-> {j}" if side == "before" else f"from {r}"
-                ax.text((j + 0.5) / t, 1 - (r + 0.5) / t, label, ha="center", va="center", fontsize=7)
+                                       edgecolor="black", linewidth=0.4, hatch="///" if stays else None,
+                                       gid=f"{side} piece {r},{j}"))
+                label = "stays" if stays else f"-> {j}" if side == "before" else f"from {r}"
+                ax.text((j + 0.5) / t, 1 - (r + 0.5) / t, label, ha="center", va="center", fontsize=7,
+                        bbox=dict(facecolor="white", edgecolor="none", pad=1) if stays else None)
         for k in range(t):              # the holders: rows before, columns after
             xy, w, h = ((0, 1 - (k + 1) / t), 1, 1 / t) if side == "before" else ((k / t, 0), 1 / t, 1)
             ax.add_patch(Rectangle(xy, w, h, fill=False, edgecolor="black", linewidth=2, gid=f"{side} rank {k}"))
@@ -44,6 +48,7 @@ def draw_all_to_all(world_size: int = 4, shape=(8, 8), name: str = "B"):
                       fontsize=9, pad=6)
     axes[1].set_title("after: split by columns, S(1)\n(each piece coloured by the rank it came from)", fontsize=9,
                       pad=20)
-    fig.suptitle("all_to_all: rank r sends its piece j to rank j", fontsize=10)
+    fig.suptitle("all_to_all: rank r sends its piece j to rank j" + (" (hatched: stays, not sent)" if mark_stays else ""),
+                 fontsize=10)
     fig.tight_layout()
     return fig

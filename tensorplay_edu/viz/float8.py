@@ -14,8 +14,8 @@ __all__ = ["draw_float8_values", "draw_amax_slices"]
 
 def draw_float8_values(gaps, props, mantissa_bits, colors):
     """Every positive value of each float8 format on a log axis (one tick per value, the subnormals shaded,
-    the saturation point marked), and below it the relative gap to the next value with each format's rounding
-    bound ``2^-(M+1)``. ``gaps[name] = (values, relative gaps)``, ``props[name]`` holds ``"max"``,
+    the saturation point marked), and below it the largest relative rounding error, half the gap to the next value,
+    with each format's rounding bound ``2^-(M+1)``: in the normal range the curve peaks on that line. ``gaps[name] = (values, relative gaps)``, ``props[name]`` holds ``"max"``,
     ``"smallest normal"``, ``"smallest subnormal"`` and ``"positive values"``; ``colors[name]`` the format's."""
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5.2), sharex=True, gridspec_kw={"height_ratios": [1, 1.4]})
     for row, (name, (pos, rel)) in enumerate(gaps.items()):
@@ -27,14 +27,15 @@ def draw_float8_values(gaps, props, mantissa_bits, colors):
         top.text(p["max"] * 1.4, y, f"FP8_MAX = {p['max']:g}", va="center", fontsize=9)
         top.text(p["smallest subnormal"] / 1.4, y, f"{name}\n{p['positive values']} values", ha="right", va="center",
                  fontsize=9, color=color, weight="bold")
-        bottom.step(pos[:-1].numpy(), rel.numpy(), where="post", color=color, label=f"{name}: gap / value")
+        bottom.step(pos[:-1].numpy(), rel.numpy() / 2, where="post", color=color,
+                    label=f"{name}: half the gap / value")  # the largest error of rounding to nearest
         bottom.axhline(2.0 ** -(m + 1), color=color, ls=":", lw=1)
         bottom.text(2e-7, 2.0 ** -(m + 1) * 1.15, f"{name} rounding bound 2^-{m + 1}", fontsize=8, color=color)
     top.set_xscale("log")
     top.set(ylim=(-0.6, 1.6), yticks=[], xlim=(3e-8, 8e6))
     top.set_title("every positive float8 value (shaded: subnormals; triangle: the saturation point)", fontsize=10)
     bottom.set_yscale("log")
-    bottom.set(xlabel="value (log scale)", ylabel="relative gap to the next value")
+    bottom.set(xlabel="value (log scale)", ylabel="largest rounding error\n(half the gap, relative)")
     bottom.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     return fig

@@ -44,10 +44,10 @@ def rank_blocks(order: str, heads: int, world_size: int, rank: int) -> list[tupl
 def draw_qkv_rows(heads: int = 12, head_dim: int = 4, world_size: int = 2, orders=ORDERS):
     """One strip per order: ``3·heads`` boxes (gid ``"q3"``: part and head) coloured by part, and a bracket per
     rank (gid ``"rank r"``) under the rows it holds.  Returns the Figure."""
-    fig, ax = plt.subplots(figsize=(10.8, 0.9 + 1.1 * len(orders)))
+    fig, ax = plt.subplots(figsize=(10.8, 0.9 + 0.85 * len(orders)))
     ax.set_axis_off()
     n = 3 * heads
-    ax.set(xlim=(-5.5, n + 0.5), ylim=(-1.1 * len(orders) + 0.2, 1.0))
+    ax.set(xlim=(-5.5, n + 0.5), ylim=(-1.1 * (len(orders) - 1) - 0.45, 1.0))  # down to the last rank label
     for i, order in enumerate(orders):
         y = -1.1 * i
         ax.text(-0.4, y + 0.35, f'"{order}"', ha="right", va="center", fontsize=9)
