@@ -51,3 +51,14 @@ def test_pair_labels_local_shapes_and_the_four_letters():
     for text in fig.findobj(matplotlib.text.Text):
         if text.get_text():
             assert text.get_fontsize() >= 8, (text.get_text(), text.get_fontsize())
+
+
+def test_compact_pair_drops_the_same_local_steps_and_keeps_the_red_labels():
+    fig = draw_block_pair(4, 0, compact=True, **DIMS)
+    vanilla, sp = ([t.get_text() for t in ax.texts] for ax in fig.axes)
+    for texts in (vanilla, sp):
+        assert "reshape" not in texts and "silu(w1 x) * w3 x" not in texts and "wo" in texts and "+ r" in texts
+    red = mcolors.to_hex(COMM_COLOR)
+    colors = {t.get_text(): mcolors.to_hex(t.get_color()) for t in fig.axes[1].texts if "\u00b7 [" in t.get_text()}
+    assert colors["Shard(1) \u00b7 [2, 4, 32]"] == red and colors["Shard(-1) \u00b7 [2, 16, 24]"] == "#000000"
+    assert fig.get_size_inches()[0] < draw_block_pair(4, 0, **DIMS).get_size_inches()[0]

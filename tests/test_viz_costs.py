@@ -50,6 +50,8 @@ def test_layouts_draw_steps_with_their_band_and_memory():
     assert [t.get_text() for t in ax_s.get_yticklabels()] == ["TP 1", "TP 8"]
     assert fig._suptitle.get_text() == "title"
     assert not [line for line in ax_m.lines if line.get_gid() == "risky"]
+    usable = [line for line in ax_m.lines if line.get_gid() == "usable"]  # the dotted line, named in the legend
+    assert len(usable) == 1 and usable[0].get_label() in [t.get_text() for t in ax_m.get_legend().get_texts()]
 
 
 def test_risky_line_drawn_where_given():

@@ -146,26 +146,31 @@ def block_changes(world_size: int = 2, rank: int = 0, **dims) -> list[int]:
     return [i for i, (a, b) in enumerate(zip(vanilla, sp)) if any(a[k] != b[k] for k in _KEYS)]
 
 
-def draw_block_pair(world_size: int = 2, rank: int = 0, title=None, **dims):
+def draw_block_pair(world_size: int = 2, rank: int = 0, title=None, *, compact: bool = False, **dims):
     """The block of :func:`block_steps` twice, side by side: the vanilla plan (f and f-bar) on the
     left, the full plan (sequence parallel: g and g-bar) on the right, box for box.  The steps that
     sequence parallelism changes (:func:`block_changes`) have a thick red edge, and a tensor whose placement
     or local shape changes has a red label;
     the rest, the inside of attention and of the feed-forward, is drawn in black in both.  Each collective
     says its forward / backward in its box; on each arrow the tensor that flows, ``placement · [local
-    shape]`` on rank ``rank``.  ``dims``: as :func:`block_steps`."""
-    changed = set(block_changes(world_size, rank, **dims))
-    pair = list(zip(block_steps(False, world_size, rank, **dims), block_steps(True, world_size, rank, **dims)))
+    shape]`` on rank ``rank``.  ``dims``: as :func:`block_steps`.  ``compact=True`` leaves out the local steps
+    inside attention and the feed-forward (the same in both plans), marks changes by the red labels only (red
+    edges only on the collectives' boxes) and draws a narrower figure, so its text reads larger on a page."""
+    keep = [i for i, st in enumerate(block_steps(False, world_size, rank, **dims))
+            if not compact or st["kind"] != "local" or st["name"].startswith("+ ")]
+    changed = {keep.index(i) for i in block_changes(world_size, rank, **dims) if i in keep}
+    steps_of = lambda sp: [block_steps(sp, world_size, rank, **dims)[i] for i in keep]
+    pair = list(zip(steps_of(False), steps_of(True)))
     moved = {i for i, (a, b) in enumerate(pair) if (a["placement"], a["shape"]) != (b["placement"], b["shape"])}
-    fig, axes = plt.subplots(1, 2, figsize=(14, 10.6))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 9.2) if compact else (14, 10.6))
     t, seq = world_size, dims.get("seq", 8)
     for ax, sp in zip(axes, (False, True)):
-        steps = block_steps(sp, world_size, rank, **dims)
+        steps = steps_of(sp)
         n = len(steps)
         ax.axis("off")
         ax.set_xlim(-0.7, 8.4)
         ax.set_ylim(-1.5, n - 0.2)
-        draw_steps(ax, steps, changed=changed, moved=moved, notes=False, local=False)
+        draw_steps(ax, steps, changed=None if compact else changed, moved=moved, notes=False, local=False)
         _residual_skips(ax, steps)
         ax.text(-0.6, -1.1, barred(_LETTERS[sp]), ha="left", va="center", fontsize=8, color=COMM_COLOR)
         ax.set_title(f"full plan (sequence parallel), s/t = {chunk_sizes(seq, t)[rank]}" if sp

@@ -91,7 +91,7 @@ def _risky_line(ax, risky_bytes):
 def draw_layouts(names, steps, band, memory: list, usable_bytes: float, title: str, risky_bytes: float | None = None):
     """The planner's layouts, one row each: left, the predicted step (s) with the model's error band
     ``band = (lo, hi)`` (a step between ``step * lo`` and ``step * hi``); right, memory per GPU by part
-    (``memory[i] = {part: bytes}``) against what a plan may use (dotted). Bar gids: ``"step <i>"`` and
+    (``memory[i] = {part: bytes}``) against what a plan may use (dotted, in the legend). Bar gids: ``"step <i>"`` and
     ``"memory <i> <part>"``. ``risky_bytes``: where the planner's *risky* begins (dash-dot), if given."""
     fig, (ax_s, ax_m) = plt.subplots(1, 2, figsize=(12, 3.2), sharey=True)
     y = list(range(len(names)))
@@ -103,11 +103,11 @@ def draw_layouts(names, steps, band, memory: list, usable_bytes: float, title: s
                   color="black", capsize=3)
     ax_s.set(title="predicted step (s), with the tokens/s error band", yticks=y, yticklabels=list(names))
     _memory_by_part(ax_m, memory)
-    ax_m.axvline(usable_bytes / GIB, color="black", ls=":", lw=1)
+    ax_m.axvline(usable_bytes / GIB, color="black", ls=":", lw=1, gid="usable",
+                 label=f"usable ({usable_bytes / GIB:.1f} GiB)")
     _risky_line(ax_m, risky_bytes)
-    xlabel = "dotted: what a plan may use" + ("; dash-dot: risky above" if risky_bytes is not None else "")
-    ax_m.set(title="memory per GPU (GiB)", xlabel=xlabel)
-    ax_m.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, frameon=False)
+    ax_m.set(title="memory per GPU (GiB)")
+    ax_m.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=5, frameon=False)
     ax_s.invert_yaxis()
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
