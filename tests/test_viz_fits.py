@@ -89,3 +89,18 @@ def test_the_gpu_line_names_the_gpu_given():
         texts = [t.get_text() for t in fig.axes[0].texts]
         assert f"one H200: {h200.hbm_bytes / 1e9:.1f} GB" in texts and not any("H100" in t for t in texts), texts
         matplotlib.pyplot.close(fig)
+
+
+def test_cut_bar_shows_its_mix_hatched():
+    # A bar over top is drawn in its groups' shares of its total, hatched (not to scale); the others as they are.
+    fig = viz.draw_memory_parts(PLANS, GPU_GB, "t", top=300)
+    ax = fig.axes[0]
+    n = len(PLANS)
+    bars = [ax.patches[n * i:n * i + n] for i in range(4)]   # per group, one bar per layout
+    cut = [group[0] for group in bars]                          # "no TP", the cut one, in each group
+    shares = viz.memory_groups(PLANS["no TP"])
+    total = sum(shares.values())
+    for patch, gb in zip(cut, shares.values()):
+        assert abs(patch.get_height() - 300 * gb / total) < 1e-9 and patch.get_hatch() == "//"
+    assert all(not group[1].get_hatch() for group in bars)
+    matplotlib.pyplot.close(fig)

@@ -102,7 +102,7 @@ def test_schedules_step_grid_mesh_grid_and_grad_sync_order():
     assert _texts(ax).count("to rank 0") == 2
 
     ax = viz.draw_mesh_grid(2, 2).axes[0]
-    assert "TP group [0, 1]\nnode 0, every layer" in _texts(ax)
+    assert "TP group [0, 1]\ninside one node, every layer" in _texts(ax)
     assert "DP group [1, 3]\ngradients, per bucket,\nin backward" in _texts(ax)
     assert {p.get_gid() for p in ax.patches} >= {"tp 0", "tp 1", "dp 0", "dp 1"}
 

@@ -8,6 +8,8 @@ so a layout without FSDP is never labelled with FSDP's buffers.
 """
 
 import matplotlib.pyplot as plt
+from matplotlib import patheffects
+from matplotlib.patches import Patch
 
 __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "MEMORY_GROUP_LABELS", "memory_groups", "draw_memory_parts"]
 
@@ -30,20 +32,22 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
     """Stacked bars of memory per GPU, one per layout of ``plans`` ({name: {cluster.memory part: GB}}), in the four
     groups, with a dashed line at one GPU (``gpu_gb``, labelled with ``gpu_name``) and, if given, a dotted one at what a plan may use
     (``usable_gb``). ``fsdp=False``: no layout shards with FSDP, so the legend's bf16 weights say nothing of its buffers.
-    Vertical bars by default: a bar over ``top`` GB is cut there, its total marked "(cut)" and its
-    four groups written inside it; a total that would cross a line is written above the lines, in black. ``horizontal=True``: one row per layout, totals to the right, clear of the lines."""
+    Vertical bars by default: a bar over ``top`` GB is cut there, its total marked "(cut)", its four groups drawn
+    in proportion to its total and hatched (their share, not their GB) and written inside it; a total that would cross a line is written above the lines, in black. ``horizontal=True``: one row per layout, totals to the right, clear of the lines."""
     names = list(plans)
     groups = {name: memory_groups(parts) for name, parts in plans.items()}
     totals = {name: sum(parts.values()) for name, parts in plans.items()}
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(names) + 0.85) if horizontal else (7, 4))
     low = [0.0] * len(names)
+    cut = [top is not None and totals[name] > top for name in names]   # drawn in proportion, hatched
     for group, color in MEMORY_GROUP_COLORS.items():
-        size = [groups[name][group] if top is None else min(groups[name][group], max(top - base, 0))
-                for name, base in zip(names, low)]
+        size = [top * groups[name][group] / totals[name] if c else groups[name][group] for name, c in zip(names, cut)]
         draw = ax.barh if horizontal else ax.bar
         label = MEMORY_GROUP_LABELS[group] if fsdp or group != "bf16 weights" else "bf16 weights"
-        draw(range(len(names)), size, color=color, edgecolor="black", linewidth=0.5, label=label,
-             **({"left": low, "height": 0.7} if horizontal else {"bottom": low, "width": 0.6}))
+        bars = draw(range(len(names)), size, color=color, edgecolor="black", linewidth=0.5, label=label,
+                    **({"left": low, "height": 0.7} if horizontal else {"bottom": low, "width": 0.6}))
+        for bar, c in zip(bars, cut):
+            bar.set_hatch("//" if c else None)
         low = [base + v for base, v in zip(low, size)]
     lines = [(gpu_gb, f"one {gpu_name}: {gpu_gb:.1f} GB", "--")] + ([(usable_gb, f"usable: {usable_gb:.1f}", ":")] if usable_gb else [])
     if horizontal:
@@ -67,7 +71,8 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
             if top is not None and total > top:   # a cut bar: its four groups written inside it
                 text = [("activations\n+ backward" if g == "activations" else g) + f":\n{v:,.0f} GB"
                         for g, v in groups[name].items()]
-                ax.text(x, 0.62 * top, "\n".join(text), ha="center", va="center", color="white", fontsize=7)
+                ax.text(x, 0.42 * top, "\n".join(text), ha="center", va="center", color="white", fontsize=7,
+                        path_effects=[patheffects.withStroke(linewidth=2, foreground="black")])
             shown = total if top is None else min(total, top)
             highest = max(y for y, _, _ in lines)
             crowded = min(y for y, _, _ in lines) - 15 < shown < highest + 5   # its label would cross a line: above them
@@ -81,6 +86,7 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
         ax.set(ylim=(0, (top or max(totals.values())) * 1.1), ylabel="GB per GPU")
         ax.set_title(title, fontsize=10)
         handles, labels = ax.get_legend_handles_labels()
+        handles = [Patch(facecolor=h.patches[0].get_facecolor(), edgecolor="black", linewidth=0.5) for h in handles]
         ax.legend(handles[::-1], labels[::-1], fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 0.8), frameon=False)
     fig.tight_layout()
     return fig

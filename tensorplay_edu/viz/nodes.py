@@ -119,7 +119,7 @@ def draw_nodes(mesh_shape, gpus_per_node: int, mesh_dim_names=None, title: str |
 
 def draw_mesh_grid(dp: int, tp: int, title=None):
     """A ``(dp, tp)`` mesh as a grid of its ranks, filled row by row as ``init_device_mesh`` does: rank r at
-    ``(r // tp, r % tp)``, in its colour. Each row, a TP group (one node, every layer), has a solid frame; each
+    ``(r // tp, r % tp)``, in its colour. Each row, a TP group (inside one node, every layer), has a solid frame; each
     column, a DP group (its gradients, one all-reduce per bucket in backward), a dashed one."""
     fig, ax = plt.subplots(figsize=(7, 1.8 * dp))
     x0, y0 = (lambda t: t * 2.6), (lambda d: -d * 1.7)  # where rank (d, t) sits
@@ -131,7 +131,7 @@ def draw_mesh_grid(dp: int, tp: int, title=None):
     for d in range(dp):  # rows: TP groups, solid frames
         ax.add_patch(FancyBboxPatch((x0(0) - 0.4, y0(d) - 0.12), x0(tp - 1) + 2.4, 1.14, fill=False, lw=2,
                                     ec="black", boxstyle="round,pad=0.02", gid=f"tp {d}"))
-        ax.text(x0(tp - 1) + 2.2, y0(d) + 0.45, f"TP group {list(range(d * tp, (d + 1) * tp))}\nnode {d}, every layer",
+        ax.text(x0(tp - 1) + 2.2, y0(d) + 0.45, f"TP group {list(range(d * tp, (d + 1) * tp))}\ninside one node, every layer",
                 va="center", fontsize=9)
     for t in range(tp):  # columns: DP groups, dashed frames
         ax.add_patch(FancyBboxPatch((x0(t) - 0.15, y0(dp - 1) - 0.3), 1.9, y0(0) - y0(dp - 1) + 1.5, fill=False,
