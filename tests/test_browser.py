@@ -112,8 +112,10 @@ def _open(browser, lab, name):
 
 
 def _exercise_cells(cells):
-    """Indices of the learner cells (they call try_...(PREDICTED)) and of the collapsed cells around them."""
-    learner = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and "(PREDICTED)" in "".join(c["source"])
+    """Indices of the learner cells (they open with ``PREDICTED = `` and call try_...(PREDICTED); a later cell that
+    only reads PREDICTED, as 00c's gated picture does, is not one) and of the collapsed cells around them."""
+    learner = [i for i, c in enumerate(cells) if c["cell_type"] == "code"
+               and "".join(c["source"]).startswith("PREDICTED =") and "(PREDICTED)" in "".join(c["source"])
                and not c["metadata"].get("jupyter", {}).get("source_hidden")]
     hidden = [i for i, c in enumerate(cells) if c["cell_type"] == "code"
               and "".join(c["source"]).startswith(("# Solution", "# The experiment"))]
