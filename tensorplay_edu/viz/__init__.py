@@ -23,10 +23,10 @@ patches and texts):
 ``mlp``           Megatron's MLP on one rank: f, ColwiseParallel, ReLU, RowwiseParallel, f̄
 ``zoo``           the bug zoo: a view's head groups
 ``costs``         what a step costs at scale: setups and layouts, TP's intensity
-``async_gaps``    async TP's modelled gains against published ones, pair by pair
 ``addends``       a Partial tensor's addends with their values, summed
 ``alltoall``      an all-to-all's pieces, each in its source rank's colour before and after
 ``links``         a collective's α–β time per link; a layer's compute against its TP traffic
+``link_bytes``    one ring step's bytes per link and direction, a ring one way against both ways
 ``fits``          what fits on one GPU: a layout's memory per GPU in four groups, against the GPU
 ``style``         the palette and labels shared by all of them
 ================  ==============================================================================
@@ -61,8 +61,8 @@ from .style import (COMM_COLOR, FLOAT8_COLOR, FLOAT8_STYLE, LANE_COLORS, PARTIAL
                     SHARED_COLOR, comm_label, float8_tag)
 from .timelines import draw_ring_timelines, draw_timeline
 from .costs import draw_layouts, draw_setups, draw_tp_intensity
-from .async_gaps import draw_async_tp_gaps
 from .links import draw_alpha_beta, draw_layer_verdict
+from .link_bytes import draw_link_bytes, link_bytes
 from .fits import MEMORY_GROUP_COLORS, MEMORY_GROUPS, draw_memory_parts, memory_groups
 from .zoo import draw_view_groups
 from .qkv_rows import draw_qkv_rows
@@ -78,7 +78,7 @@ __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory
            "draw_float8_values", "draw_amax_slices",
            "block_steps", "block_changes", "draw_block_pair", "draw_steps",
            "cut_rows", "draw_head_cuts",
-           "draw_alpha_beta", "draw_layer_verdict",
+           "link_bytes", "draw_link_bytes", "draw_alpha_beta", "draw_layer_verdict",
            "draw_logits_and_gradient", "draw_vocab_addends",
            "draw_prepare_sandwich", "sandwich_steps",
            "mlp_steps", "mlp_comms", "draw_mlp",
@@ -86,4 +86,4 @@ __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory
            "saved_chunks", "wanted_chunks", "reads", "draw_checkpoint", "node_groups", "draw_nodes", "draw_mesh_grid",
            "draw_layer_plan", "draw_addends", "draw_all_to_all",
            "draw_view_groups", "draw_qkv_rows",
-           "draw_async_tp_gaps", "draw_setups", "draw_tp_intensity", "draw_layouts"]
+           "draw_setups", "draw_tp_intensity", "draw_layouts"]
