@@ -154,3 +154,12 @@ def test_mismatches_lists_every_difference_and_is_empty_when_all_match():
     assert "Mismatched elements: 2 / 2" in lines[0] and lines[1].endswith("3, expected 2"), lines
     assert mismatches([[torch.ones(3)]], lambda r: [torch.ones(2)])[0].startswith("rank 0[0]: ")  # shape
     assert mismatches([{"y": 1}], lambda r: {"y": torch.ones(1)})[0].startswith("rank 0, y: ")    # no tensor
+
+
+def test_ran_turns_true_at_the_first_complete_try(capsys):
+    from tensorplay_edu.lab.exercise import TryIt
+    t = TryIt("x", lambda: {"a": 1})
+    t({"a": ...})
+    assert not t.ran
+    t({"a": 1})
+    assert t.ran

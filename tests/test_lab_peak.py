@@ -48,3 +48,18 @@ def test_loss_peaks_on_two_ranks():
         gathered = out[("gather", "float32", False)]
         assert (gathered["phase"], gathered["saved"], gathered["temporaries"]) == ("backward", 4 * 2 * n, 8 * 2 * n)
         assert "runs once" in second
+
+
+def test_pytorch_loss_parallel_peak_through_measure():
+    """PyTorch's own loss_parallel, counted by the same measure (LocalBytes): one process's loss, and at the
+    backward peak 0 held + 4 saved + 12 temporaries bytes per local logit; 3 ranks on 30 classes."""
+    weight = torch.randn(V, H, generator=torch.Generator().manual_seed(2))
+    ref = F.cross_entropy(H_IN @ weight.T, Y)
+    from tensorplay_edu.lab.peak import pytorch_loss_peaks
+    from tensorplay_edu.placement import chunk_sizes
+    for r, res in enumerate(launch(pytorch_loss_peaks, 3, H_IN, Y, weight)):
+        n = TOKENS * chunk_sizes(V, 3)[r]
+        for dtype, got in res.items():
+            torch.testing.assert_close(got["loss"], ref, rtol=2e-2, atol=2e-2)
+            assert (got["phase"], got["held"], got["saved"], got["temporaries"]) == ("backward", 0, 4 * n, 12 * n), dtype
+            assert got["after_forward"] == 4 * n

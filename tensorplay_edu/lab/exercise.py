@@ -160,6 +160,12 @@ class TryIt:
         self._result = None
 
     @property
+    def ran(self) -> bool:
+        """True once the experiment has run (a complete try, or the solution's): a cell that shows
+        the answer may wait for it."""
+        return self._result is not None
+
+    @property
     def measured(self):
         if self._result is None:
             self._result = self._measure()

@@ -85,17 +85,18 @@ class LocalBytes(LiveBytes):
             super().add(tensor, role)
 
 
-def measure(make_logits, loss_fn, kept, min_numel, context=contextlib.nullcontext):
+def measure(make_logits, loss_fn, kept, min_numel, context=contextlib.nullcontext, counter=LiveBytes):
     """One loss, forward and backward (both inside ``context()``, as PyTorch's loss_parallel needs), on
-    ``make_logits()`` (a tensor, or a Shard(1) DTensor), the caller keeping its logits or dropping them after the
-    forward (torchtitan's ``del pred``): {after_forward, peak, phase, held, saved, temporaries, backward_peak,
-    loss}."""
+    ``make_logits()`` (a tensor, or this package's Shard(1) DTensor), the caller keeping its logits or dropping them
+    after the forward (torchtitan's ``del pred``), counted by ``counter`` (LocalBytes under PyTorch's DTensor):
+    {after_forward, peak, phase, held, saved, temporaries, backward_peak, loss}."""
+    from torch.distributed.tensor import DTensor as TorchDTensor
     logits = make_logits()
-    with LiveBytes(min_numel) as mem, context():
+    with counter(min_numel) as mem, context():
         mem.add(logits if isinstance(logits, torch.Tensor) else logits.to_local(), "held")
 
-        def pack(tensor):
-            mem.mark(tensor, "saved")                              # what the loss keeps for backward
+        def pack(tensor):                                          # what the loss keeps for backward
+            mem.mark(tensor._local_tensor if isinstance(tensor, TorchDTensor) else tensor, "saved")
             return tensor
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             loss = loss_fn(logits.float())                         # a float32 loss: a copy of bf16 logits
@@ -142,7 +143,7 @@ def loss_peaks(h_in, y, vocab):
 
 def pytorch_loss_peaks(h_in, y, weight):
     """One rank's worker: PyTorch's own loss_parallel on this rank's rows of ``weight`` [V, h] applied to ``h_in``,
-    the caller dropping its logits: {dtype: {after_forward, peak, phase, held, saved, temporaries, loss}}."""
+    the caller dropping its logits, counted by :func:`measure` with LocalBytes: {dtype: measure's counts}."""
     from torch.distributed.device_mesh import init_device_mesh as torch_mesh
     from torch.distributed.tensor import DTensor as TorchDTensor, Shard as TorchShard
     from torch.distributed.tensor.parallel import loss_parallel as torch_loss_parallel
@@ -155,23 +156,14 @@ def pytorch_loss_peaks(h_in, y, weight):
         head = nn.Linear(h, n, bias=False).to(dtype)
         with torch.no_grad():
             head.weight.copy_(weight[o:o + n])
-        local = head(h_in.to(dtype).requires_grad_())              # [b*s, V_r]
-        with LocalBytes(len(y) * min(chunk_sizes(vocab, t))) as mem:
-            mem.add(local, "held")
+        x = h_in.to(dtype).requires_grad_()
 
-            def pack(tensor):
-                mem.mark(tensor._local_tensor if isinstance(tensor, TorchDTensor) else tensor, "saved")
-                return tensor
-            with torch_loss_parallel():
-                with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-                    logits = TorchDTensor.from_local(local, mesh, [TorchShard(1)], shape=(len(y), vocab), stride=(vocab, 1))
-                    loss = F.cross_entropy(logits.float(), y)
-                del logits, local                                  # the caller drops them
-                after_forward, mem.phase = mem.now, "backward"
-                loss.backward()                                    # inside, as PyTorch needs
-        out[str(dtype).removeprefix("torch.")] = {"after_forward": after_forward, "peak": mem.peak,
-                                                  "phase": mem.peak_phase, **mem.roles_at_peak(),
-                                                  "loss": loss.full_tensor()}
+        def loss_fn(local):                                        # [b*s, V_r] -> PyTorch's Shard(1) DTensor
+            logits = TorchDTensor.from_local(local, mesh, [TorchShard(1)], shape=(len(y), vocab), stride=(vocab, 1))
+            return F.cross_entropy(logits, y)
+        got = measure(lambda: head(x), loss_fn, False, len(y) * min(chunk_sizes(vocab, t)), torch_loss_parallel,
+                      LocalBytes)
+        out[str(dtype).removeprefix("torch.")] = {**got, "loss": got["loss"].full_tensor()}
     return out
 
 

@@ -85,7 +85,7 @@ def block_steps(sp: bool = False, world_size: int = 2, rank: int = 0, *, batch: 
              [batch, seq, chunk_sizes(hidden, t)[r]]),
         step("module", "w2", "RowwiseParallel", "Partial()", full),
         leave("feed_forward", "feed_forward"),
-        step("local", "+ r", "residual add: r + feed_forward, the output", *block_in),
+        step("local", "+ r", "residual add: r + feed_forward", *block_in),
     ]
 
 
