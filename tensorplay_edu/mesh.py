@@ -90,7 +90,7 @@ def _warn_if_tp_across_nodes(mesh: torch.Tensor, mesh_dim_names) -> None:
         f"NVLink inside a node (450 GB/s each way on an H100), and the links between nodes are ~9x slower "
         f"(50 GB/s per GPU over 400 Gb/s InfiniBand). Fix: make 'tp' the last dimension with a size that divides "
         f"{per_node}, e.g. init_device_mesh(..., ({mesh.numel() // per_node}, {per_node}), mesh_dim_names=('dp', "
-        "'tp')); if that dimension is not tensor-parallel, name the dimensions without 'tp' (mesh_dim_names)",
+        "'tp')); if that dimension is not tensor-parallel, name the dimensions without 'tp' (mesh_dim_names).",
         UserWarning, stacklevel=4)
 
 

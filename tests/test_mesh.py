@@ -152,7 +152,7 @@ def test_init_device_mesh_warns_once_when_a_tp_group_spans_nodes():
     for category, message in turned + flat:
         assert category == "UserWarning"
         assert "NVLink" in message and "~9x slower" in message and "mesh_dim_names=('dp', 'tp')" in message
-        assert "init_device_mesh(..., (2, 2)" in message, message
+        assert "init_device_mesh(..., (2, 2)" in message and message.endswith("."), message
     assert "ranks [0, 2] in one TP group" in turned[0][1] and "ranks [0, 1, 2, 3]" in flat[0][1]
     assert all(messages == [] for result in results[1:] for messages in result.values()), results
 

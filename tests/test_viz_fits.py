@@ -104,3 +104,11 @@ def test_cut_bar_shows_its_mix_hatched():
         assert abs(patch.get_height() - 300 * gb / total) < 1e-9 and patch.get_hatch() == "//"
     assert all(not group[1].get_hatch() for group in bars)
     matplotlib.pyplot.close(fig)
+
+
+def test_cut_bar_text_is_black_on_white():
+    # the cut bar's group text sits in black on a white box, readable over the hatching
+    fig = viz.draw_memory_parts(PLANS, GPU_GB, "t", top=300)
+    inside = [t for t in fig.axes[0].texts if "training state" in t.get_text()]
+    assert len(inside) == 1 and inside[0].get_color() == "black" and inside[0].get_bbox_patch() is not None
+    matplotlib.pyplot.close(fig)

@@ -1,6 +1,6 @@
 """What a step costs at scale (notebook 07c; what TP adds on a CPU: :mod:`.overhead`, 07b): memory and
-step time of a few setups; the arithmetic intensity of TP per link; and the planner's best layouts
-with their error bands.
+step time of a few setups; compute time over TP traffic time per link (07c's ratio); and the planner's best
+layouts with their error bands.
 
 Every function takes numbers already computed (by ``tensorplay_edu.cluster`` or a measurement) and only
 draws them; bars carry gids (``"<kind> <i> ..."``) so that tests can read them back.

@@ -8,7 +8,6 @@ so a layout without FSDP is never labelled with FSDP's buffers.
 """
 
 import matplotlib.pyplot as plt
-from matplotlib import patheffects
 from matplotlib.patches import Patch
 
 __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "MEMORY_GROUP_LABELS", "memory_groups", "draw_memory_parts"]
@@ -33,7 +32,7 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
     groups, with a dashed line at one GPU (``gpu_gb``, labelled with ``gpu_name``) and, if given, a dotted one at what a plan may use
     (``usable_gb``). ``fsdp=False``: no layout shards with FSDP, so the legend's bf16 weights say nothing of its buffers.
     Vertical bars by default: a bar over ``top`` GB is cut there, its total marked "(cut)", its four groups drawn
-    in proportion to its total and hatched (their share, not their GB) and written inside it; a total that would cross a line is written above the lines, in black. ``horizontal=True``: one row per layout, totals to the right, clear of the lines."""
+    in proportion to its total and hatched (their share, not their GB) and written inside it, black on a white box; a total that would cross a line is written above the lines, in black. ``horizontal=True``: one row per layout, totals to the right, clear of the lines."""
     names = list(plans)
     groups = {name: memory_groups(parts) for name, parts in plans.items()}
     totals = {name: sum(parts.values()) for name, parts in plans.items()}
@@ -71,8 +70,8 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
             if top is not None and total > top:   # a cut bar: its four groups written inside it
                 text = [("activations\n+ backward" if g == "activations" else g) + f":\n{v:,.0f} GB"
                         for g, v in groups[name].items()]
-                ax.text(x, 0.42 * top, "\n".join(text), ha="center", va="center", color="white", fontsize=7,
-                        path_effects=[patheffects.withStroke(linewidth=2, foreground="black")])
+                ax.text(x, 0.42 * top, "\n".join(text), ha="center", va="center", fontsize=7, color="black",
+                        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.9})   # readable over the hatching
             shown = total if top is None else min(total, top)
             highest = max(y for y, _, _ in lines)
             crowded = min(y for y, _, _ in lines) - 15 < shown < highest + 5   # its label would cross a line: above them
