@@ -61,5 +61,6 @@ def test_pytorch_loss_parallel_peak_through_measure():
         n = TOKENS * chunk_sizes(V, 3)[r]
         for dtype, got in res.items():
             torch.testing.assert_close(got["loss"], ref, rtol=2e-2, atol=2e-2)
-            assert (got["phase"], got["held"], got["saved"], got["temporaries"]) == ("backward", 0, 4 * n, 12 * n), dtype
+            roles = (got["phase"], got["held"], got["saved"], got["temporaries"])
+            assert roles == ("backward", 0, 4 * n, 12 * n), dtype
             assert got["after_forward"] == 4 * n

@@ -32,7 +32,8 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
     groups, with a dashed line at one GPU (``gpu_gb``, labelled with ``gpu_name``) and, if given, a dotted one at what a plan may use
     (``usable_gb``). ``fsdp=False``: no layout shards with FSDP, so the legend's bf16 weights say nothing of its buffers.
     Vertical bars by default: a bar over ``top`` GB is cut there, its total marked "(cut)", its four groups drawn
-    in proportion to its total and hatched (their share, not their GB) and written inside it, black on a white box; a total that would cross a line is written above the lines, in black. ``horizontal=True``: one row per layout, totals to the right, clear of the lines."""
+    in proportion to its total and hatched (their share, not their GB) and written inside it, black on a white box;
+    a total that would cross a line is written above the lines, in black. ``horizontal=True``: one row per layout, totals to the right, clear of the lines."""
     names = list(plans)
     groups = {name: memory_groups(parts) for name, parts in plans.items()}
     totals = {name: sum(parts.values()) for name, parts in plans.items()}

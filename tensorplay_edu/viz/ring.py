@@ -123,7 +123,10 @@ def draw_ring(op: str, world_size: int = 4):
                 ax.add_patch(FancyArrowPatch((-gap * 0.6, y), (-0.03, y), arrowstyle="->", mutation_scale=12,
                                              linewidth=1.4, color="black"))
                 ax.text(-gap * 0.6, y - 0.32, f"from {src}", ha="center", va="top", fontsize=8)
-        what = ("chunk r" if k == 0 else f"chunk (r-{k}) mod {t}") if op == "all_gather" else f"its sum of chunk (r-{k + 1}) mod {t}"
+        if op == "all_gather":
+            what = "chunk r" if k == 0 else f"chunk (r-{k}) mod {t}"
+        else:
+            what = f"its sum of chunk (r-{k + 1}) mod {t}"
         ax.set_title(f"step {k}: rank r sends {what} to r+1", fontsize=9)
         ax.set_xlim(-gap * 1.1, t * (width + gap) - gap + gap * 1.1)
         ax.set_ylim(-0.05, t + 0.6)
