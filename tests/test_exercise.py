@@ -156,7 +156,7 @@ def test_mismatches_lists_every_difference_and_is_empty_when_all_match():
     assert mismatches([{"y": 1}], lambda r: {"y": torch.ones(1)})[0].startswith("rank 0, y: ")    # no tensor
 
 
-def test_ran_turns_true_at_the_first_complete_try(capsys):
+def test_ran_turns_true_at_the_first_complete_try():
     from tensorplay_edu.lab.exercise import TryIt
     t = TryIt("x", lambda: {"a": 1})
     t({"a": ...})
