@@ -112,3 +112,13 @@ def test_cut_bar_text_is_black_on_white():
     inside = [t for t in fig.axes[0].texts if "training state" in t.get_text()]
     assert len(inside) == 1 and inside[0].get_color() == "black" and inside[0].get_bbox_patch() is not None
     matplotlib.pyplot.close(fig)
+
+
+def test_cut_text_right_leaves_the_bar_clear():
+    # cut_text="right" (notebook 00b): the cut bar's GB in the right margin, none written over the bar.
+    fig = viz.draw_memory_parts(PLANS, GPU_GB, "t", top=300, fsdp=False, cut_text="right")
+    ax = fig.axes[0]
+    beside = next(t for t in ax.texts if t.get_text().startswith("no TP (cut bar)"))
+    assert beside.get_position()[0] > 1 and "training state: 1,129 GB" in beside.get_text() and "logits: 13 GB" in beside.get_text()
+    assert not any(t.get_text().startswith("training state") for t in ax.texts)
+    matplotlib.pyplot.close(fig)

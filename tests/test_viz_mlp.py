@@ -54,3 +54,11 @@ def test_picture_draws_six_boxes_two_red_and_bars_f():
     assert "Shard(-1) \u00b7 local [2, 3, 4]" in labels and "Replicate() \u00b7 local [2, 3, 8]" in labels
     assert "forward: all_reduce\nbackward: nothing" in labels and "t = 4" in ax.get_title()
     matplotlib.pyplot.close(fig)
+
+
+def test_note_x_moves_the_forward_backward_notes_beside_their_boxes():
+    for note_x in (8.0, 4.5):
+        fig = draw_mlp(2, 3, 8, 16, 4, note_x=note_x)
+        notes = [t for t in fig.axes[0].texts if t.get_text().startswith("forward:")]
+        assert len(notes) == 2 and all(t.get_position()[0] == note_x for t in notes)
+        matplotlib.pyplot.close(fig)

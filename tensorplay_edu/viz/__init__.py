@@ -26,6 +26,7 @@ patches and texts):
 ``addends``       a Partial tensor's addends with their values, summed
 ``alltoall``      an all-to-all's pieces, each in its source rank's colour before and after
 ``links``         a collective's α–β time per link; a layer's compute against its TP traffic
+``gains``         a model's gain beside the measured one, pair by pair
 ``link_bytes``    one ring step's bytes per link and direction, a ring one way against both ways
 ``fits``          what fits on one GPU: a layout's memory per GPU in four groups, against the GPU
 ``style``         the palette and labels shared by all of them
@@ -55,6 +56,7 @@ from .nodes import draw_mesh_grid, draw_nodes, node_groups
 from .hf_layer import draw_layer_plan
 from .addends import draw_addends
 from .alltoall import draw_all_to_all
+from .gains import draw_gain_pairs
 from .ring import draw_ring, draw_ring_step_costs, draw_schedules, draw_step_grid, ring_steps
 from .runs import draw_flow, draw_grad_sync_order, draw_memory, draw_relative_differences, trace_flow
 from .style import (COMM_COLOR, FLOAT8_COLOR, FLOAT8_STYLE, LANE_COLORS, PARTIAL_HATCH, PHASE_COLORS, RANK_COLORS,
@@ -78,7 +80,7 @@ __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory
            "draw_float8_values", "draw_amax_slices",
            "block_steps", "block_changes", "draw_block_pair", "draw_steps",
            "cut_rows", "draw_head_cuts",
-           "link_bytes", "draw_link_bytes", "draw_alpha_beta", "draw_layer_verdict",
+           "link_bytes", "draw_link_bytes", "draw_alpha_beta", "draw_layer_verdict", "draw_gain_pairs",
            "draw_logits_and_gradient", "draw_vocab_addends",
            "draw_prepare_sandwich", "sandwich_steps",
            "mlp_steps", "mlp_comms", "draw_mlp",

@@ -101,13 +101,13 @@ def _residual_skips(ax, steps):
         ax.text(-0.2, (y0 + y1) / 2, f"residual: {name}", rotation=90, ha="right", va="center", fontsize=8)
 
 
-def draw_steps(ax, steps, *, changed=None, moved=(), notes=True, local=True):
+def draw_steps(ax, steps, *, changed=None, moved=(), notes=True, local=True, note_x=8.0):
     """Draw a list of steps (:func:`block_steps`' format) top to bottom on ``ax``, step ``i`` at height
     ``len(steps) - 1 - i``: one box per step (modules blue, local work white, collectives red-filled), an arrow
     to the next step labelled with the tensor leaving this one (``placement · local [shape]``), and, where
     ``notes``, each collective's forward / backward beside it.  ``changed``: the indices whose box gets a thick
     red edge (default: the collectives' boxes); ``moved``: the indices whose tensor label is red; ``local=False``
-    drops the word "local" where a title already says every shape is local."""
+    drops the word "local" where a title already says every shape is local; ``note_x``: where the notes start."""
     n = len(steps)
     for i, st in enumerate(steps):
         y, comm = n - 1 - i, st["kind"] == "comm"
@@ -122,7 +122,7 @@ def draw_steps(ax, steps, *, changed=None, moved=(), notes=True, local=True):
         ax.text(2.35, y - 0.13, barred(st["what"]), ha="center", va="center", fontsize=8,
                 color=COMM_COLOR if comm else "black")
         if comm and notes:
-            ax.text(8.0, y, f"forward: {st['fwd']}\nbackward: {st['bwd']}", ha="left", va="center", fontsize=8,
+            ax.text(note_x, y, f"forward: {st['fwd']}\nbackward: {st['bwd']}", ha="left", va="center", fontsize=8,
                     bbox=dict(boxstyle="round,pad=0.2", facecolor=PHASE_COLORS["backward"], edgecolor=COMM_COLOR))
         if i + 1 < n:  # the arrow to the next step, labelled with the tensor leaving this one
             ax.add_patch(FancyArrowPatch((2.35, y - 0.25), (2.35, y - 0.75), arrowstyle="->", mutation_scale=12))

@@ -27,13 +27,15 @@ def memory_groups(parts: dict) -> dict:
 
 
 def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: bool = False, top: float | None = None,
-                      usable_gb: float | None = None, gpu_name: str = "H100", fsdp: bool = True):
+                      usable_gb: float | None = None, gpu_name: str = "H100", fsdp: bool = True,
+                      cut_text: str = "inside"):
     """Stacked bars of memory per GPU, one per layout of ``plans`` ({name: {cluster.memory part: GB}}), in the four
     groups, with a dashed line at one GPU (``gpu_gb``, labelled with ``gpu_name``) and, if given, a dotted one at what a plan may use
     (``usable_gb``). ``fsdp=False``: no layout shards with FSDP, so the legend's bf16 weights say nothing of its buffers.
     Vertical bars by default: a bar over ``top`` GB is cut there, its total marked "(cut)", its four groups drawn
     in proportion to its total and hatched (their share, not their GB) and written inside it, black on a white box;
-    a total that would cross a line is written above the lines, in black. ``horizontal=True``: one row per layout, totals to the right, clear of the lines."""
+    a total that would cross a line is written above the lines, in black; ``cut_text="right"`` writes those GB in the
+    right margin, under the legend, leaving the hatching clear. ``horizontal=True``: one row per layout, totals to the right, clear of the lines."""
     names = list(plans)
     groups = {name: memory_groups(parts) for name, parts in plans.items()}
     totals = {name: sum(parts.values()) for name, parts in plans.items()}
@@ -71,8 +73,12 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
             if top is not None and total > top:   # a cut bar: its four groups written inside it
                 text = [("activations\n+ backward" if g == "activations" else g) + f":\n{v:,.0f} GB"
                         for g, v in groups[name].items()]
-                ax.text(x, 0.42 * top, "\n".join(text), ha="center", va="center", fontsize=7, color="black",
-                        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.9})   # readable over the hatching
+                if cut_text == "right":   # beside the plot, under the legend: the hatched shares stay visible
+                    ax.text(1.03, 0.68, f"{name} (cut bar):\n" + "\n".join(t.replace(":\n", ": ").replace("\n+", " +")
+                            for t in text), transform=ax.transAxes, ha="left", va="top", fontsize=8)
+                else:
+                    ax.text(x, 0.42 * top, "\n".join(text), ha="center", va="center", fontsize=7, color="black",
+                            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.9})   # readable over the hatching
             shown = total if top is None else min(total, top)
             highest = max(y for y, _, _ in lines)
             crowded = min(y for y, _, _ in lines) - 15 < shown < highest + 5   # its label would cross a line: above them
@@ -87,6 +93,7 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
         ax.set_title(title, fontsize=10)
         handles, labels = ax.get_legend_handles_labels()
         handles = [Patch(facecolor=h.patches[0].get_facecolor(), edgecolor="black", linewidth=0.5) for h in handles]
-        ax.legend(handles[::-1], labels[::-1], fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 0.8), frameon=False)
+        ax.legend(handles[::-1], labels[::-1], fontsize=8, loc="upper left", frameon=False,
+                  bbox_to_anchor=(1.01, 1.0 if cut_text == "right" else 0.8))
     fig.tight_layout()
     return fig
