@@ -201,6 +201,7 @@ def test_sequence_parallel_is_refused_with_the_reason():
         assert SP_REASON in str(err.value)
     assert "position_ids" in SP_REASON and "causal mask" in SP_REASON
     assert "model.layers.0" in SP_REASON  # the split notebook 12b runs, with nothing passed by the caller
+    assert "only the caller can check" in SP_REASON  # why the package does not emit that split itself
 
 
 def test_heads_that_do_not_divide_are_an_error():

@@ -407,6 +407,8 @@ def test_draw_checkpoint_who_wrote_what_what_each_keeps_and_reads():
     assert "reads" not in _texts(right[0])[0]
     assert right[0].get_title() == "TP 2, rank 0: keeps 20 numbers,\nreads 24 (hatched: read, thrown away)"
     assert right[1].get_title() == "TP 2, rank 1: keeps 20 numbers,\nreads 28 (hatched: read, thrown away)"
+    in_bytes = draw_checkpoint([10, 4], saved, loaded, name="output.weight", itemsize=8).axes[2]  # float64
+    assert in_bytes.get_title() == "TP 2, rank 1: keeps 160 bytes,\nreads 224 (hatched: read, thrown away)"
     assert [_hex(p) for p in left.patches] == [mcolors.to_hex(c) for c in RANK_COLORS[:4]]
     for ax in right:
         assert sum(p.get_linestyle() == "--" for p in ax.patches) == 4  # the saved chunks' borders

@@ -23,3 +23,11 @@ def test_lines_and_labels_at_the_cuts():
     assert ax.get_xlim()[0] < -0.32 * 32                      # the labels fit left of the weight
     assert any(p.get_gid() == "wq q head 1" and p.get_edgecolor()[:3] == (1.0, 0.0, 0.0) for p in ax.patches)
     plt.close(fig)
+
+
+def test_cut_heads_labelled_beside_the_weight():
+    fig = draw_head_cuts(4, 2, 8, 3)
+    cut = [t for t in fig.axes[0].texts if "(cut)" in t.get_text()]
+    assert [t.get_text().split(chr(10))[0] for t in cut] == ["q head 1 (cut)", "q head 2 (cut)"]
+    assert all(t.get_position()[0] > 32 and t.get_ha() == "left" for t in cut)   # right of the [32, 32] weight
+    plt.close(fig)

@@ -30,7 +30,7 @@ def test_arrows_stay_on_one_rank_and_copies_are_summed(H, K, t):
         assert copy_of[r] == i // (H // K)
     assert sorted(gid for gid in boxes if gid.startswith("sum")) == [f"sum kv head {j}" for j in range(K)]
     assert sum("all-reduce the" in s for s in texts(ax)) == K
-    assert f"t = {t} > K" in ax.get_title()
+    assert f"t = {t} > K" in ax.get_title() and ax.get_title().startswith("The fix: ")
     assert [x.get_text() for x in ax.get_legend().get_texts()] == [f"rank {r}" for r in range(t)]
 
 
@@ -39,4 +39,5 @@ def test_without_the_sum_the_answer_is_not_drawn():
     boxes = by_gid(ax)
     assert not [gid for gid in boxes if gid.startswith("sum")]
     assert not any("all-reduce" in s for s in texts(ax)) and "backward" not in ax.get_title()
+    assert ax.get_title().startswith("Setup: ")
     assert [f"rank {r}: copy of kv head {j}" in boxes for r, j in enumerate([0, 0, 1, 1])] == [True] * 4

@@ -62,3 +62,10 @@ def test_note_x_moves_the_forward_backward_notes_beside_their_boxes():
         notes = [t for t in fig.axes[0].texts if t.get_text().startswith("forward:")]
         assert len(notes) == 2 and all(t.get_position()[0] == note_x for t in notes)
         matplotlib.pyplot.close(fig)
+
+
+def test_xmax_crops_the_right_margin_and_narrows_the_figure():
+    wide, narrow = draw_mlp(2, 3, 8, 16, 4, note_x=4.5), draw_mlp(2, 3, 8, 16, 4, note_x=4.5, xmax=7.4)
+    assert wide.axes[0].get_xlim() == (0, 10) and narrow.axes[0].get_xlim() == (0, 7.4)
+    assert narrow.get_figwidth() < wide.get_figwidth()
+    matplotlib.pyplot.close(wide), matplotlib.pyplot.close(narrow)

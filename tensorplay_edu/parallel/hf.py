@@ -75,8 +75,9 @@ SP_REASON = (
     "sequence parallelism does not apply to a Hugging Face model as is. Its forward builds position_ids, the "
     "causal mask and the rotary cos/sin from the shape of the hidden states it holds, so with [b, s/t, h] shards "
     "every rank would get positions 0..s/t-1 while attention runs on the gathered sequence. Use the vanilla plan "
-    "(with loss_parallel=True), or PyTorch's SP styles with the sequence split at model.layers.0 by a "
-    "PrepareModuleInput (Replicate -> Shard(1)), which no HF plan string expresses: notebook 12b runs it.")
+    "(with loss_parallel=True), or SP with the sequence split at model.layers.0 by your own PrepareModuleInput "
+    "(Replicate -> Shard(1); notebook 12b): only the caller can check that the model builds nothing else from the "
+    "hidden states' shape (a sliding-window or chunked mask, another position scheme).")
 
 
 def _base_prefix(model: nn.Module) -> str:

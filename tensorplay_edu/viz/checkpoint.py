@@ -88,11 +88,12 @@ def _rows(chunk) -> str:
     return f"row {a}" if n == 1 else f"rows {a}-{a + n - 1}"
 
 
-def draw_checkpoint(shape, saved: list[dict], loaded: list[dict], *, name: str = "", title=None):
+def draw_checkpoint(shape, saved: list[dict], loaded: list[dict], *, name: str = "", title=None, itemsize=None):
     """Left: the checkpoint, each chunk in the colour of the rank that wrote it.  Then one panel per
     rank of another layout: the part it keeps (filled), the rest of the saved chunks it reads whole
     and throws away (hatched), the saved chunks' borders dashed.  In every panel a row's colour is
-    the file it comes from (the rank that wrote it); which rank reads is said by the panel's title."""
+    the file it comes from (the rank that wrote it); which rank reads is said by the panel's title,
+    in numbers, or in bytes when ``itemsize`` (bytes per number, 8 for float64) is given."""
     shape = list(shape)
     rows, cols = shape[0], (shape[1] if len(shape) > 1 else 1)
     fig, axes = plt.subplots(1, 1 + len(loaded), figsize=(4.2 + 3.2 * len(loaded), 4.4),
@@ -125,8 +126,9 @@ def draw_checkpoint(shape, saved: list[dict], loaded: list[dict], *, name: str =
         for s in saved:  # where the saved chunks end: DCP reads each one it needs whole
             ax.add_patch(Rectangle(_rect(s, shape)[:2], *_rect(s, shape)[2:], fill=False, edgecolor="black",
                                    linestyle="--", linewidth=0.8, zorder=4))
-        ax.set_title(f"TP {len(loaded)}, rank {c['rank']}: keeps {_numbers(c):,} numbers,\n"
-                     f"reads {sum(_numbers(s) for s in read):,} (hatched: read, thrown away)", fontsize=9)
+        k, unit = (1, "numbers") if itemsize is None else (itemsize, "bytes")
+        ax.set_title(f"TP {len(loaded)}, rank {c['rank']}: keeps {k * _numbers(c):,} {unit},\n"
+                     f"reads {k * sum(_numbers(s) for s in read):,} (hatched: read, thrown away)", fontsize=9)
     for ax in axes:
         ax.set_xlim(0, cols)
         ax.set_ylim(rows, 0)  # row 0 at the top, as the tensor prints

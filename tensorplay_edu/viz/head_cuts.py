@@ -22,12 +22,18 @@ def cut_rows(n_heads: int, head_dim: int, world_size: int) -> list[int]:
 
 def draw_head_cuts(n_heads: int, n_kv_heads: int, head_dim: int, world_size: int, dim: int | None = None):
     """``wq`` as :func:`~tensorplay_edu.viz.draw_head_split` draws it, with a dashed red line and a
-    "cut at row N" label at each of :func:`cut_rows`.  Lines: gid ``"cut N"``."""
+    "cut at row N" label at each of :func:`cut_rows`; a cut head's own label moves to the weight's right.
+    Lines: gid ``"cut N"``."""
     dim = n_heads * head_dim if dim is None else dim
     fig = draw_head_split(n_heads, n_kv_heads, head_dim, world_size, dim=dim, weights=("wq",))
     ax = fig.axes[0]
     for stop in cut_rows(n_heads, head_dim, world_size):
         ax.plot([-0.3 * dim, 0], [-stop, -stop], color="red", linestyle="--", linewidth=1, gid=f"cut {stop}")
         ax.text(-0.32 * dim, -stop, f"cut at row {stop}", ha="right", va="center", fontsize=8, color="red")
-    ax.set_xlim(-0.9 * dim, ax.get_xlim()[1])
+    for label in ax.texts:                     # a cut head's label beside the weight, so its colour change shows
+        if "(cut)" in label.get_text():
+            label.set(x=1.03 * dim, ha="left", color="red", fontweight="normal")
+    right = ax.get_xlim()[1]
+    ax.set_xlim(-0.9 * dim, 1.5 * dim)
+    fig.set_figwidth(fig.get_figwidth() * 2.4 * dim / (right + 0.9 * dim))   # the weight keeps its size
     return fig

@@ -28,7 +28,7 @@ def draw_kv_copies(n_heads: int, n_kv_heads: int, world_size: int, show_sum: boo
     ``copy of kv head j``; an arrow from each query head to its rank's copy.  Under the copies of one kv head
     a red bracket says their gradients are summed over the t/K ranks (gid ``sum kv head j``).  With
     ``show_sum=False`` the brackets and the title's backward line are left out (a picture for the question
-    whose answer they are)."""
+    whose answer they are); the title starts "Setup: ", else "The fix: "."""
     copy_of = kv_copy_of_rank(n_heads, n_kv_heads, world_size)
     q_heads = heads_per_rank(n_heads, world_size)
     fig, ax = plt.subplots(figsize=(max(7.0, 1.45 * n_heads + 1.2), 2.9))
@@ -58,7 +58,7 @@ def draw_kv_copies(n_heads: int, n_kv_heads: int, world_size: int, show_sum: boo
     ax.axis("off")
     ax.legend(handles=[Patch(color=RANK_COLORS[r % len(RANK_COLORS)], label=f"rank {r}") for r in range(world_size)],
               fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    ax.set_title(f"GQA, H = {n_heads}, K = {n_kv_heads}, t = {world_size} > K: each kv head copied on "
+    ax.set_title(("The fix: " if show_sum else "Setup: ") + f"GQA, H = {n_heads}, K = {n_kv_heads}, t = {world_size} > K: each kv head copied on "
                  f"{per} ranks\nforward stays on each rank" + ("; backward sums the copies' gradients" if show_sum else ""),
                  fontsize=9)
     fig.tight_layout()

@@ -50,16 +50,18 @@ def mlp_comms(steps) -> list[tuple[str, str, str, tuple]]:
     return forward + backward
 
 
-def draw_mlp(b: int, s: int, h: int, ff: int, t: int, rank: int = 0, title=None, note_x: float = 8.0):
+def draw_mlp(b: int, s: int, h: int, ff: int, t: int, rank: int = 0, title=None, note_x: float = 8.0,
+             xmax: float = 10.0):
     """The steps of :func:`mlp_steps` top to bottom, with :func:`~tensorplay_edu.viz.block.draw_steps`, as a
     block is drawn: modules in blue, work without communication in white, the collectives in red with their forward
     and backward on the right (from ``note_x``; 4.5 puts them beside their boxes); on each arrow the tensor that
-    flows, ``placement · local [shape]``."""
+    flows, ``placement · local [shape]``. ``xmax``: the right edge, the width scaled with it (7.4 crops the blank
+    right margin left by ``note_x=4.5``)."""
     steps = mlp_steps(b, s, h, ff, t, rank)
     n = len(steps)
-    fig, ax = plt.subplots(figsize=(8.6, 4.6))
+    fig, ax = plt.subplots(figsize=(8.6 * xmax / 10, 4.6))
     ax.axis("off")
-    ax.set_xlim(0, 10)
+    ax.set_xlim(0, xmax)
     ax.set_ylim(-0.9, n - 0.4)
     draw_steps(ax, steps, note_x=note_x)
     ax.text(0.4, -0.75, barred("f: identity forward, all-reduce backward; f\u0304: all-reduce forward, identity backward"),
