@@ -6,7 +6,7 @@ import pytest
 
 from tensorplay_edu import Partial, Replicate, Shard
 from tensorplay_edu.debug import CommRecord
-from tensorplay_edu.viz import (RANK_COLORS, SHARED_COLOR, draw_collective, draw_flow, draw_layout, draw_transition,
+from tensorplay_edu.viz import (RANK_COLORS, SHARED_COLOR, draw_collective, draw_collectives, draw_flow, draw_layout, draw_transition,
                                 pieces)
 from figures import texts as _texts, hex_color as _hex
 
@@ -421,3 +421,12 @@ def test_draw_checkpoint_who_wrote_what_what_each_keeps_and_reads():
         (0, 3, mcolors.to_hex(RANK_COLORS[0])), (3, 2, mcolors.to_hex(RANK_COLORS[1]))]
     hatched = [p for p in right[1].patches if p.get_hatch()]
     assert [mcolors.to_hex(p.get_edgecolor()) for p in hatched] == [mcolors.to_hex(c) for c in RANK_COLORS[1:4]]
+
+
+def test_collectives_in_one_figure():
+    # notebook 00: all-gather and reduce-scatter as two rows of one figure, each row's middle naming its collective
+    fig = draw_collectives(["all_gather", "reduce_scatter"], 4, shape=(8, 4))
+    assert len(fig.axes) == 6
+    assert _texts(fig.axes[1]) == ["all_gather", "S(0) -> R"] and _texts(fig.axes[4]) == ["reduce_scatter", "P(sum) -> S(0)"]
+    with pytest.raises(ValueError, match="draw_collectives"):
+        draw_collectives(["broadcast"])

@@ -122,3 +122,15 @@ def test_cut_text_right_leaves_the_bar_clear():
     assert beside.get_position()[0] > 1 and "training state: 1,129 GB" in beside.get_text() and "logits: 13 GB" in beside.get_text()
     assert not any(t.get_text().startswith("training state") for t in ax.texts)
     matplotlib.pyplot.close(fig)
+
+
+def test_cut_shares_false_draws_one_plain_bar():
+    # cut_shares=False (notebook 00b): the cut bar has no coloured segments, only one hatched bar up to top.
+    fig = viz.draw_memory_parts(PLANS, GPU_GB, "t", top=300, fsdp=False, cut_text="right", cut_shares=False)
+    ax = fig.axes[0]
+    n = len(PLANS)
+    assert all(ax.patches[n * i].get_height() == 0 for i in range(4))       # "no TP"'s four groups: not drawn
+    plain = ax.patches[4 * n]
+    assert plain.get_height() == 300 and plain.get_hatch() == "//"
+    assert any(t.get_text().startswith("no TP (cut bar)") for t in ax.texts)
+    matplotlib.pyplot.close(fig)

@@ -47,7 +47,7 @@ from .gradients import draw_move_and_gradient
 from .head_cuts import cut_rows, draw_head_cuts
 from .heads import draw_gqa, draw_head_split, draw_head_views, heads_per_rank, row_chunks
 from .kv_copies import draw_kv_copies, kv_copy_of_rank
-from .layouts import draw_collective, draw_layout, draw_transition, pieces
+from .layouts import draw_collective, draw_collectives, draw_layout, draw_transition, pieces
 from .logits import draw_logits_and_gradient
 from .vocab import draw_vocab_addends
 from .sandwich import draw_prepare_sandwich, sandwich_steps
@@ -72,7 +72,7 @@ from .qkv_rows import draw_qkv_rows
 __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory_parts",
            "COMM_COLOR", "RANK_COLORS", "SHARED_COLOR", "PARTIAL_HATCH", "FLOAT8_COLOR", "FLOAT8_STYLE", "LANE_COLORS",
            "PHASE_COLORS", "float8_tag", "comm_label",
-           "pieces", "draw_layout", "draw_transition", "draw_collective", "draw_move_and_gradient",
+           "pieces", "draw_layout", "draw_transition", "draw_collective", "draw_collectives", "draw_move_and_gradient",
            "heads_per_rank", "draw_gqa", "draw_head_views", "row_chunks", "draw_head_split", "kv_copy_of_rank", "draw_kv_copies",
            "trace_flow", "draw_flow", "draw_memory", "draw_relative_differences",
            "draw_grad_sync_order",

@@ -28,14 +28,15 @@ def memory_groups(parts: dict) -> dict:
 
 def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: bool = False, top: float | None = None,
                       usable_gb: float | None = None, gpu_name: str = "H100", fsdp: bool = True,
-                      cut_text: str = "inside"):
+                      cut_text: str = "inside", cut_shares: bool = True):
     """Stacked bars of memory per GPU, one per layout of ``plans`` ({name: {cluster.memory part: GB}}), in the four
     groups, with a dashed line at one GPU (``gpu_gb``, labelled with ``gpu_name``) and, if given, a dotted one at what a plan may use
     (``usable_gb``). ``fsdp=False``: no layout shards with FSDP, so the legend's bf16 weights say nothing of its buffers.
     Vertical bars by default: a bar over ``top`` GB is cut there, its total marked "(cut)", its four groups drawn
     in proportion to its total and hatched (their share, not their GB) and written inside it, black on a white box;
     a total that would cross a line is written above the lines, in black; ``cut_text="right"`` writes those GB in the
-    right margin, under the legend, leaving the hatching clear. ``horizontal=True``: one row per layout, totals to the right, clear of the lines."""
+    right margin, under the legend, leaving the hatching clear; ``cut_shares=False`` draws a cut bar as one plain hatched
+    bar with an arrow at ``top`` (no segments on a GB axis they do not obey). ``horizontal=True``: one row per layout, totals to the right, clear of the lines."""
     names = list(plans)
     groups = {name: memory_groups(parts) for name, parts in plans.items()}
     totals = {name: sum(parts.values()) for name, parts in plans.items()}
@@ -43,7 +44,8 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
     low = [0.0] * len(names)
     cut = [top is not None and totals[name] > top for name in names]   # drawn in proportion, hatched
     for group, color in MEMORY_GROUP_COLORS.items():
-        size = [top * groups[name][group] / totals[name] if c else groups[name][group] for name, c in zip(names, cut)]
+        size = [(top * groups[name][group] / totals[name] if cut_shares else 0.0) if c else groups[name][group]
+                for name, c in zip(names, cut)]
         draw = ax.barh if horizontal else ax.bar
         label = MEMORY_GROUP_LABELS[group] if fsdp or group != "bf16 weights" else "bf16 weights"
         bars = draw(range(len(names)), size, color=color, edgecolor="black", linewidth=0.5, label=label,
@@ -51,6 +53,10 @@ def draw_memory_parts(plans: dict, gpu_gb: float, title: str, *, horizontal: boo
         for bar, c in zip(bars, cut):
             bar.set_hatch("//" if c else None)
         low = [base + v for base, v in zip(low, size)]
+    for x, c in enumerate(cut if not cut_shares and not horizontal else []):
+        if c:   # one plain bar to the axis top, an arrow: "goes on"
+            ax.bar(x, top, width=0.6, color="white", edgecolor="black", linewidth=0.5, hatch="//")
+            ax.annotate("", (x, 0.97 * top), (x, 0.72 * top), arrowprops={"arrowstyle": "->", "lw": 1.5})
     lines = [(gpu_gb, f"one {gpu_name}: {gpu_gb:.1f} GB", "--")] + ([(usable_gb, f"usable: {usable_gb:.1f}", ":")] if usable_gb else [])
     if horizontal:
         near = (min(x for x, _, _ in lines) - 12, max(x for x, _, _ in lines) + 5)   # a total here would touch a line

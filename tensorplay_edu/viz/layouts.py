@@ -244,3 +244,29 @@ def draw_collective(op: str, world_size: int = 4, shape=(8, 8)):
     src, dst = _COLLECTIVES[op]
     return draw_transition(shape, src, dst, world_size, backward=False, title=f"{op}: {src} -> {dst}")
 
+
+def draw_collectives(ops, world_size: int = 4, shape=(8, 8)):
+    """Several collectives' before / after pictures in one figure, one row each (notebook 00's all-gather and
+    reduce-scatter side by side): before on the left, the collective's name in the middle, after on the right."""
+    bad = [op for op in ops if op not in _COLLECTIVES]
+    if bad:
+        raise ValueError(f"draw_collectives: ops must be among {sorted(_COLLECTIVES)}, got {bad!r}")
+    fig, axes = plt.subplots(len(ops), 3, figsize=(10, 3.0 * len(ops)), squeeze=False,
+                             gridspec_kw={"width_ratios": [3, 1.4, 3]})
+    dims = view_dims(shape, None)
+    for (left, mid, right), op in zip(axes, ops):
+        raw = _COLLECTIVES[op]
+        src, dst = (normalize([p], len(shape))[0] for p in raw)
+        draw_global(left, shape, (src,), (world_size,), dims)
+        draw_global(right, shape, (dst,), (world_size,), dims)
+        mid.axis("off")
+        mid.add_patch(FancyArrowPatch((0.05, 0.55), (0.95, 0.55), arrowstyle="->", mutation_scale=18, color="black"))
+        mid.text(0.5, 0.65, op, ha="center", fontsize=10, fontweight="bold")
+        mid.text(0.5, 0.4, f"{raw[0]} -> {raw[1]}", ha="center", fontsize=9)
+        mid.set_xlim(0, 1)
+        mid.set_ylim(0, 1)
+    fig.tight_layout()
+    for left, _, right in axes:
+        _fit_labels(fig, left)
+        _fit_labels(fig, right)
+    return fig
