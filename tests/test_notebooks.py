@@ -227,6 +227,22 @@ def test_every_stored_picture_is_shown(path):
                 f"{path.name} cell {i}: its picture is stored but its output is collapsed"
 
 
+def test_an_answer_drawn_after_the_try_is_not_stored():
+    """A picture of an exercise's answer (00c's both-ways rings) is drawn when the learner runs its cell, never
+    stored: stored, it shows under the exercise before the try. Re-executing the notebook stores it again, so
+    clear that cell's outputs after `nbconvert --execute` (the cell is tagged nbval-ignore-output)."""
+    drawn_on_run = 0
+    for path in NOTEBOOKS:
+        cells = json.loads(path.read_text())["cells"]
+        for above, cell in zip(cells, cells[1:]):
+            if cell["cell_type"] == "code" and above["cell_type"] == "markdown" \
+                    and "after your try" in "".join(above["source"]).lower():
+                drawn_on_run += 1
+                assert not cell.get("outputs"), f"{path.name} cell {cell['id']}: the answer's picture is stored"
+                assert "nbval-ignore-output" in cell["metadata"].get("tags", []), f"{path.name} {cell['id']}"
+    assert drawn_on_run >= 1
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
 def test_every_cell_has_an_id(path):
     """nbformat 4.5 cells carry an id (nbformat warns of a future hard error without one): a cell added by
