@@ -192,6 +192,19 @@ def draw_layout(shape, placements, mesh_shape=None, *, mesh_dim_names=None, dims
     return fig
 
 
+def _before_after(row, shape, src, dst, world_size: int, arrow_y: float) -> None:
+    """One row of a move's picture: the global tensor before (left) and after (right), an arrow between (middle,
+    whose labels the caller writes)."""
+    left, mid, right = row
+    dims = view_dims(shape, None)
+    draw_global(left, shape, (src,), (world_size,), dims)
+    draw_global(right, shape, (dst,), (world_size,), dims)
+    mid.axis("off")
+    mid.add_patch(FancyArrowPatch((0.05, arrow_y), (0.95, arrow_y), arrowstyle="->", mutation_scale=18, color="black"))
+    mid.set_xlim(0, 1)
+    mid.set_ylim(0, 1)
+
+
 def draw_transition(shape, src, dst, world_size: int = 4, *, backward: bool = True, grad_placement=None, title=None):
     """Before and after one move of the transition table, with the collective in between,
     and (``backward=True``) the collective its gradient takes on the way back.
@@ -204,18 +217,12 @@ def draw_transition(shape, src, dst, world_size: int = 4, *, backward: bool = Tr
     forward_op = move_op(src_n, dst_n)
     grad_src = grad_placement or (Replicate() if isinstance(dst_n, Partial) else dst_n)
     back_op = move_op(grad_src, Replicate() if isinstance(src_n, Partial) else src_n)
-    dims = view_dims(shape, None)
     fig, (left, mid, right) = plt.subplots(1, 3, figsize=(10, 3.2), gridspec_kw={"width_ratios": [3, 1.4, 3]})
-    draw_global(left, shape, (src_n,), (world_size,), dims)
-    draw_global(right, shape, (dst_n,), (world_size,), dims)
-    mid.axis("off")
-    mid.add_patch(FancyArrowPatch((0.05, 0.62), (0.95, 0.62), arrowstyle="->", mutation_scale=18, color="black"))
+    _before_after((left, mid, right), shape, src_n, dst_n, world_size, arrow_y=0.62)
     mid.text(0.5, 0.72, f"forward: {forward_op}" if backward else forward_op, ha="center", fontsize=9)  # a collective alone
     if backward:
         mid.add_patch(FancyArrowPatch((0.95, 0.35), (0.05, 0.35), arrowstyle="->", mutation_scale=18, color=COMM_COLOR))
         mid.text(0.5, 0.22, f"backward: {back_op}", ha="center", fontsize=9, color=COMM_COLOR)
-    mid.set_xlim(0, 1)
-    mid.set_ylim(0, 1)
     fig.suptitle(title or f"{src} -> {dst} on {world_size} ranks", fontsize=10)
     fig.tight_layout()
     _fit_labels(fig, left)
@@ -253,18 +260,11 @@ def draw_collectives(ops, world_size: int = 4, shape=(8, 8)):
         raise ValueError(f"draw_collectives: ops must be among {sorted(_COLLECTIVES)}, got {bad!r}")
     fig, axes = plt.subplots(len(ops), 3, figsize=(10, 3.0 * len(ops)), squeeze=False,
                              gridspec_kw={"width_ratios": [3, 1.4, 3]})
-    dims = view_dims(shape, None)
-    for (left, mid, right), op in zip(axes, ops):
+    for row, op in zip(axes, ops):
         raw = _COLLECTIVES[op]
-        src, dst = (normalize([p], len(shape))[0] for p in raw)
-        draw_global(left, shape, (src,), (world_size,), dims)
-        draw_global(right, shape, (dst,), (world_size,), dims)
-        mid.axis("off")
-        mid.add_patch(FancyArrowPatch((0.05, 0.55), (0.95, 0.55), arrowstyle="->", mutation_scale=18, color="black"))
-        mid.text(0.5, 0.65, op, ha="center", fontsize=10, fontweight="bold")
-        mid.text(0.5, 0.4, f"{raw[0]} -> {raw[1]}", ha="center", fontsize=9)
-        mid.set_xlim(0, 1)
-        mid.set_ylim(0, 1)
+        _before_after(row, shape, *(normalize([p], len(shape))[0] for p in raw), world_size, arrow_y=0.55)
+        row[1].text(0.5, 0.65, op, ha="center", fontsize=10, fontweight="bold")
+        row[1].text(0.5, 0.4, f"{raw[0]} -> {raw[1]}", ha="center", fontsize=9)
     fig.tight_layout()
     for left, _, right in axes:
         _fit_labels(fig, left)
