@@ -1,6 +1,7 @@
 """Megatron's MLP picture (notebook 02, section 4): its steps against a real run, and its boxes (not pixels)."""
 
 import matplotlib
+import matplotlib.pyplot
 import torch
 from matplotlib.patches import FancyBboxPatch
 from torch import nn
@@ -69,3 +70,12 @@ def test_xmax_crops_the_right_margin_and_narrows_the_figure():
     assert wide.axes[0].get_xlim() == (0, 10) and narrow.axes[0].get_xlim() == (0, 7.4)
     assert narrow.get_figwidth() < wide.get_figwidth()
     matplotlib.pyplot.close(wide), matplotlib.pyplot.close(narrow)
+
+
+def test_hooks_names_the_hook_each_collective_runs_in_and_changes_nothing_else():
+    plain, named = mlp_steps(2, 3, 8, 16, 4), mlp_steps(2, 3, 8, 16, 4, hooks=True)
+    assert [st["name"] for st in named if st["kind"] == "comm"] == ["f (layer 0's input hook)",
+                                                                    "f\u0304 (layer 2's output hook)"]
+    assert [{**st, "name": None} for st in plain] == [{**st, "name": None} for st in named]
+    assert [st["under"] for st in named if st["kind"] == "comm"] == ["0", "2"]   # the layers the hooks belong to
+    matplotlib.pyplot.close(draw_mlp(2, 3, 8, 16, 4, hooks=True))

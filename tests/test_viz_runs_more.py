@@ -119,6 +119,9 @@ def test_schedules_step_grid_mesh_grid_and_grad_sync_order():
         "norm weight's all-reduce (TP)", "all-gather (TP)", "DDP bucket's all-reduce (DP)",
         "carries that norm weight across"]
     assert [line.get_marker() for line in ax.lines if line.get_linestyle() != ":"] == ["D", "o", "^"]  # bucket != norm
+    marked = viz.draw_grad_sync_order(timeline, {"norm.weight"}, {"tp": [0, 1], "dp": [0, 2]}, last_label="last").axes[0]
+    arrow = next(t for t in marked.texts if t.get_gid() == "last tp")  # under the TP lane's last record, w2's
+    assert arrow.get_text() == "last" and arrow.xy == (1, 1) and not any(t.get_gid() == "last tp" for t in ax.texts)
 
 
 def test_ring_step_costs_shade_where_the_transfer_hides():
@@ -142,3 +145,15 @@ def test_flow_collectives_clear_the_widest_output_label():
     out = frame("Float8Input e4m3 local [2, 12, 48]")
     assert all(frame(c).x0 > out.x1 for c in ("all_reduce (scalar)", "all_gather e4m3  1 B/elem"))
     assert [line.get_gid() for line in ax.lines].count("margin") == 1  # the frames kept off the figure's edge
+
+
+def test_flow_heads_its_collectives_column_when_asked():
+    """comm_header names the right-hand column above the top row, left-aligned with the collectives under it."""
+    rows = [("wq", "Float8Input e4m3 [2, 12, 48]", "tensor [2, 12, 24]", "all_reduce (scalar), all_gather e4m3"),
+            ("wo", "tensor [2, 12, 24]", "tensor [2, 6, 48]", "reduce_scatter")]
+    ax = viz.draw_flow(rows, comm_header="collectives").axes[0]
+    header = next(t for t in ax.texts if t.get_gid() == "comm header")
+    below = next(t for t in ax.texts if t.get_text() == "reduce_scatter")
+    assert header.get_text() == "collectives" and header.get_position()[1] > 2  # above the top row (rows at 1.5, 0.5)
+    assert abs(header.get_position()[0] - below.get_position()[0]) < 1e-9
+    assert not any(t.get_gid() == "comm header" for t in viz.draw_flow(rows).axes[0].texts)  # only when asked

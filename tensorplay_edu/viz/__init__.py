@@ -21,7 +21,7 @@ patches and texts):
 ``vocab``         the vocab-parallel lookup as a sum: each rank's mostly-zero addend, then the lookup
 ``sandwich``      PrepareModuleInputOutput's g in front of a module and ḡ after it, both ways
 ``mlp``           Megatron's MLP on one rank: f, ColwiseParallel, ReLU, RowwiseParallel, f̄
-``zoo``           the bug zoo: a view's head groups
+``zoo``           the bug zoo: a view's head groups; the ranks' dropout masks
 ``costs``         what a step costs at scale: setups and layouts, TP's intensity
 ``addends``       a Partial tensor's addends with their values, summed
 ``alltoall``      an all-to-all's pieces, each in its source rank's colour before and after
@@ -29,6 +29,7 @@ patches and texts):
 ``gains``         a model's gain beside the measured one, pair by pair
 ``link_bytes``    one ring step's bytes per link and direction, a ring one way against both ways
 ``fits``          what fits on one GPU: a layout's memory per GPU in four groups, against the GPU
+``fit_panels``    activations per GPU in panels on one y-axis, against the GPU and what the step leaves
 ``style``         the palette and labels shared by all of them
 ================  ==============================================================================
 
@@ -55,6 +56,7 @@ from .mlp import draw_mlp, mlp_comms, mlp_steps
 from .nodes import draw_mesh_grid, draw_nodes, node_groups
 from .hf_layer import draw_layer_plan
 from .addends import draw_addends
+from .fit_panels import draw_fit_panels
 from .alltoall import draw_all_to_all
 from .gains import draw_gain_pairs
 from .ring import draw_ring, draw_ring_step_costs, draw_schedules, draw_step_grid, ring_steps
@@ -66,7 +68,7 @@ from .costs import draw_layouts, draw_setups, draw_tp_intensity
 from .links import draw_alpha_beta, draw_layer_verdict
 from .link_bytes import draw_link_bytes, link_bytes
 from .fits import MEMORY_GROUP_COLORS, MEMORY_GROUPS, draw_memory_parts, memory_groups
-from .zoo import draw_view_groups
+from .zoo import draw_dropout_masks, draw_view_groups
 from .qkv_rows import draw_qkv_rows
 
 __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory_parts",
@@ -86,6 +88,6 @@ __all__ = ["MEMORY_GROUPS", "MEMORY_GROUP_COLORS", "memory_groups", "draw_memory
            "mlp_steps", "mlp_comms", "draw_mlp",
            "ring_steps", "draw_ring", "draw_schedules", "draw_step_grid", "draw_ring_step_costs",
            "saved_chunks", "wanted_chunks", "reads", "draw_checkpoint", "node_groups", "draw_nodes", "draw_mesh_grid",
-           "draw_layer_plan", "draw_addends", "draw_all_to_all",
-           "draw_view_groups", "draw_qkv_rows",
+           "draw_layer_plan", "draw_addends", "draw_all_to_all", "draw_fit_panels",
+           "draw_view_groups", "draw_dropout_masks", "draw_qkv_rows",
            "draw_setups", "draw_tp_intensity", "draw_layouts"]

@@ -199,18 +199,21 @@ def draw_step_grid(grid, text, owner, title):
     return fig
 
 
-def draw_ring_step_costs(tokens_per_rank, transfer, matmuls, hides_from, title=None):
+def draw_ring_step_costs(tokens_per_rank, transfer, matmuls, hides_from, title=None, colors=None, marks=None,
+                         shade_label="the transfer hides (solid line)"):
     """One ring step's cost against the chunk's tokens per rank, on log-log axes: ``transfer`` (µs per step, pale
-    teal, thick) and each of ``matmuls[label] = µs per step`` (dark teal: the first solid, the next dashed);
-    shaded from ``hides_from`` on, where the transfer hides under the first (solid) matmul."""
+    teal, thick) and each of ``matmuls[label] = µs per step`` (dark teal, or ``colors[i]`` for the i-th: the first
+    solid, the next dashed); shaded from ``hides_from`` on, where the transfer hides under the first (solid) matmul,
+    labelled ``shade_label``; a red vertical line at each ``marks[label] = s_r`` (solid, then dash-dotted)."""
     fig, ax = plt.subplots(figsize=(8, 3.8))
     ax.loglog(tokens_per_rank, transfer, color=LANE_COLORS["transfer"], lw=3, label="transfer of one chunk")
-    for (label, values), style in zip(matmuls.items(), ("-", "--", ":", "-.")):
-        ax.loglog(tokens_per_rank, values, style, color=LANE_COLORS["compute"], lw=2,
-                  label=f"matmul of one chunk: {label}")
+    colors = list(colors or [LANE_COLORS["compute"]] * len(matmuls))
+    for (label, values), style, colour in zip(matmuls.items(), ("-", "--", ":", "-."), colors):
+        ax.loglog(tokens_per_rank, values, style, color=colour, lw=2, label=f"matmul of one chunk: {label}")
     if hides_from < tokens_per_rank[-1]:
-        ax.axvspan(hides_from, tokens_per_rank[-1], color=LANE_COLORS["transfer"], alpha=0.2, lw=0,
-                   label="the transfer hides (solid line)")
+        ax.axvspan(hides_from, tokens_per_rank[-1], color=LANE_COLORS["transfer"], alpha=0.4, lw=0, label=shade_label)
+    for (label, s_r), style in zip((marks or {}).items(), ("-", "-.", ":")):
+        ax.axvline(s_r, color="#C44E52", lw=1, ls=style, label=label)
     ax.set(xlabel="tokens per rank, s_r", ylabel="µs per ring step")
     ax.set_title(title or "one ring step: transfer against matmul", fontsize=10)
     ax.legend(fontsize=8, loc="upper left")

@@ -80,7 +80,7 @@ def _each(texts):
     return texts[0] if len(set(texts)) == 1 else "\n".join(texts)
 
 
-def draw_flow(steps, title=None):
+def draw_flow(steps, title=None, comm_header=None):
     """The layouts through a model: ``steps`` is a list of ``(module, input layout, output
     layout, collectives)`` rows (strings), top to bottom, e.g. from a traced forward; an arrow
     leads from each module to the next.
@@ -94,7 +94,8 @@ def draw_flow(steps, title=None):
 
     A layout or a collective naming a float8 format (``e4m3``, ``e5m2``, ``float8_e4m3fn``...)
     is drawn in a gold dashed box (:data:`FLOAT8_STYLE`); a float8 collective is tagged
-    ``1 B/elem``, and a note under the rows says what the box means.
+    ``1 B/elem``, and a note under the rows says what the box means. ``comm_header`` (e.g.
+    ``"collectives"``) heads the right-hand column, so its texts do not float unexplained.
     """
     levels = [list(step) if isinstance(step, list) else [tuple(step)] for step in steps]
     n = len(levels)
@@ -127,8 +128,11 @@ def draw_flow(steps, title=None):
                 gid = f"flow {i}->{i + 1}" if one else f"flow {i}.{a}->{i + 1}.{b}"
                 ax.add_patch(FancyArrowPatch((xa, y - 0.3), (xb, y - 0.7), arrowstyle="-|>", mutation_scale=10,
                                              color="black", lw=0.8, gid=gid))
+    if comm_header:  # above the top row, moved with the column
+        comm_texts.append(ax.text(1.0, n + 0.05, comm_header, ha="left", va="bottom", fontsize=9, weight="bold",
+                                  color=COMM_COLOR, gid="comm header"))
     ax.set_xlim(0, 1)
-    ax.set_ylim(-0.45 if any_float8 else 0, n)
+    ax.set_ylim(-0.45 if any_float8 else 0, n + (0.35 if comm_header else 0))
     if any_float8:
         ax.text(0.5, -0.3, "float8 (e4m3 forward, e5m2 gradients): 1 byte per element", ha="center", va="center",
                 fontsize=8, bbox=FLOAT8_STYLE)
@@ -202,13 +206,14 @@ def draw_relative_differences(curves, title=None, floor=1e-17):
     return fig
 
 
-def draw_grad_sync_order(timeline, norms, groups, title=None):
+def draw_grad_sync_order(timeline, norms, groups, title=None, last_label=None):
     """A backward's collectives in the order one rank issued them (not to scale in time), on two lanes: its TP
     group above, its DP group below. ``timeline`` lists ``(index, "tp" | "dp", op, module, params)``: a DP
     record is one DDP bucket, ``params`` the parameters it carries. A norm weight's all-reduce (``module`` in
     ``norms``) is a black diamond named above; a DDP bucket's all-reduce is a black triangle on the DP lane; a
     dotted line joins a norm weight's all-reduce to the bucket that carries that weight across. The legend names
-    each marker. ``groups = {"tp": [...], "dp": [...]}``, the rank's two groups."""
+    each marker. ``groups = {"tp": [...], "dp": [...]}``, the rank's two groups. ``last_label``, if given, is
+    written to the right of the TP lane's last record (the row's last collective), with an arrow to it."""
     from matplotlib.lines import Line2D
 
     fig, ax = plt.subplots(figsize=(9, 3.1))
@@ -237,6 +242,12 @@ def draw_grad_sync_order(timeline, norms, groups, title=None):
         if norm:
             short = "\n".join(module.removesuffix(".weight").rsplit(".", 1))  # the module path as written, two lines
             ax.text(k, 1.25, short, ha="center", va="bottom", fontsize=8)
+    if last_label:
+        last = max(k for k, (_, grp, *_rest) in enumerate(timeline) if grp == "tp")
+        ax.annotate(last_label, (last, 1), xytext=(last + 0.5, 0.6), ha="left", va="center", fontsize=8,
+                    arrowprops=dict(arrowstyle="->", color="black", linewidth=0.8), gid="last tp")
+        left, right = ax.get_xlim()
+        ax.set_xlim(left, max(right, left + (last + 0.5 - left) / 0.78))  # the label's 22 % of the width
     handles = [Line2D([], [], linestyle="", marker=m, color=c, markeredgecolor="black" if c == "black" else "gray",
                       markersize=8, label=label) for m, c, label in seen]
     if any(p in norms for *_, params in timeline for p in params):

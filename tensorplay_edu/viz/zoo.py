@@ -1,11 +1,12 @@
-"""The bug zoo's picture (notebook 08): what an attention ``view`` calls a head on each rank (how large each
-bug's error is: :mod:`tensorplay_edu.viz.bug_gaps`, notebook 08c).
+"""The bug zoo's pictures: what an attention ``view`` calls a head on each rank (notebook 08), and the dropout
+masks each rank draws under three seedings (notebook 08b).
 """
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.colors import ListedColormap
 from matplotlib.patches import Rectangle
 
 HEAD_COLORS = plt.cm.Pastel2.colors  # one colour per true head (not the rank palette)
@@ -55,5 +56,43 @@ def draw_view_groups(views: dict, heads: int, head_dim: int, t: int, title: str 
                  fontsize=10)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+MASK_COLORS = ListedColormap(["#d9d9d9", "#2b6cb0"])  # dropped, kept
+
+
+def draw_dropout_masks(runs: dict, correlations: dict, title: str | None = None):
+    """Dropout under TP, one column per seeding: are the ranks' masks one mask a single device could draw?
+
+    A dropout mask must match the tensor it masks. A **sharded** tensor (a colwise output: each rank holds its
+    own features) needs an independent mask on each rank; a **replicated** tensor (a rowwise output after its
+    all-reduce: every rank holds the whole thing) needs the same mask on every rank, or the replicas drift.
+
+    ``runs`` maps a seeding's label to the per-rank results, each ``{"kept": [N, F/t] bool, "y": [N, out]}``: the
+    hidden mask this rank drew on its own features, and its copy of the dropped output (0 where dropped).
+    ``correlations`` maps the same labels to the mean correlation between the ranks' hidden masks.
+
+    Top row: the ranks' hidden masks side by side, together one ``[N, F]`` mask (identical blocks: one mask
+    repeated over the shards). Bottom row: each rank's mask of the replicated output, side by side (blocks that
+    differ: replicas apart). Blue is kept, grey dropped; black lines part the ranks (gids ``"rank edge"``)."""
+    t = len(next(iter(runs.values())))
+    fig, axes = plt.subplots(2, len(runs), figsize=(11, 5), squeeze=False)
+    for col, (how, per_rank) in enumerate(runs.items()):
+        hidden = torch.cat([r["kept"] for r in per_rank], dim=1).int()  # [N, F]: rank 0's features first
+        output = torch.cat([(r["y"] != 0) for r in per_rank], dim=1).int()  # [N, t * out]: one block per rank
+        for row, (mask, what) in enumerate(((hidden, "hidden features (sharded)"), (output, "output (replicated)"))):
+            ax, width = axes[row, col], mask.shape[1] // t
+            ax.imshow(mask.numpy(), cmap=MASK_COLORS, vmin=0, vmax=1, aspect="auto")
+            for k in range(1, t):
+                ax.axvline(k * width - 0.5, color="black", linewidth=2, gid="rank edge")
+            ax.set_xticks([k * width + (width - 1) / 2 for k in range(t)], [f"rank {k}" for k in range(t)], fontsize=8)
+            ax.set_yticks([])
+            ax.set_ylabel(f"{what}\ntokens (rows)" if col == 0 else "", fontsize=8)
+            ax.set_xlabel("features, by rank" if row == 0 else "output features, one copy per rank", fontsize=8)
+        axes[0, col].set_title(f"{how}\nhidden masks' correlation between ranks {correlations[how]:+.2f}", fontsize=9)
+    fig.suptitle(title or "dropout masks per rank (blue: kept): each rank's hidden features above, its copy of the "
+                 "output below", fontsize=10)
     fig.tight_layout()
     return fig
