@@ -17,6 +17,8 @@ def test_bug_1_clipping_on_pieces():
     runs = launch(tp.clip_workers, 2)
     assert tp.clip_gap([r["bug"] for r in runs], ref) > 1e-3
     assert tp.clip_gap([r["fixed"] for r in runs], ref) < ROUNDING
+    assert len({round(r["bug"]["norm"], 9) for r in runs}) == 2 and all(r["bug"]["norm"] < ref["norm"] for r in runs)
+    assert all(abs(r["fixed"]["norm"] - ref["norm"]) < ROUNDING for r in runs)  # each rank logs the true norm
     formula, worst, best = tp.toy_clip_factors(2)
     assert worst > formula > 1 and worst >= best
 

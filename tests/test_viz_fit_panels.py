@@ -33,3 +33,9 @@ def test_panels_share_one_y_axis_above_every_bar_and_the_gpu():
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend == ["an H100: 85.5 GB (79.6 GiB)", "left for activations: 66.9 GB"]
     matplotlib.pyplot.close(fig)
+
+
+def test_the_budget_line_says_what_it_assumed():
+    fig = viz.draw_fit_panels(PANELS, 85.5, 66.9, left_label="left for activations (one sequence)")
+    assert [t.get_text() for t in fig.legends[0].get_texts()][1] == "left for activations (one sequence): 66.9 GB"
+    matplotlib.pyplot.close(fig)

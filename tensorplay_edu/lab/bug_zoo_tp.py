@@ -61,18 +61,19 @@ def mlp_data():
 
 
 def clipped_step(clip, mesh=None):
-    """Bug 1: one SGD step (lr 0.1) clipped to norm 1 by ``clip``; the output, and this rank's parameters after it."""
+    """Bug 1: one SGD step (lr 0.1) clipped to norm 1 by ``clip``; the output, the norm ``clip`` returned (what a
+    rank logs), and this rank's parameters after it."""
     model = make_mlp()
     if mesh is not None:
         parallelize_module(model, mesh, {"w1": ColwiseParallel(), "w2": RowwiseParallel()})
     x, dy = mlp_data()
     y = model(x)  # [N, 8]
     (y * dy).sum().backward()
-    clip(model.parameters(), 1.0)
+    norm = clip(model.parameters(), 1.0)
     with torch.no_grad():
         for p in model.parameters():
             p -= 0.1 * p.grad
-    return {"y": y.detach(), **{n: p.detach() for n, p in model.named_parameters()}}
+    return {"y": y.detach(), "norm": float(norm), **{n: p.detach() for n, p in model.named_parameters()}}
 
 
 def clip_workers():

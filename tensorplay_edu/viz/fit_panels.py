@@ -19,10 +19,12 @@ __all__ = ["draw_fit_panels"]
 
 
 def draw_fit_panels(panels: dict, gpu_gb: float, left_gb: float, *, colors: dict | None = None, spare=(),
-                    note: str | None = None, title: str = "", gpu_name: str = "H100"):
+                    note: str | None = None, title: str = "", gpu_name: str = "H100",
+                    left_label: str = "left for activations"):
     """One subplot per panel of ``panels`` ({panel title: {bar label: GB}}), widths in proportion to their bars,
     one shared y-axis from 0 to 1.15 x the highest of the bars and ``gpu_gb``. A dashed line at ``gpu_gb``
-    (labelled ``gpu_name`` with its GB and GiB), a dotted one at ``left_gb``; ``colors`` ({panel title: colour},
+    (labelled ``gpu_name`` with its GB and GiB), a dotted one at ``left_gb`` (labelled ``left_label``: say what
+    the budget assumed, e.g. one sequence's logits); ``colors`` ({panel title: colour},
     light grey by default); ``note``: one more legend entry (a patch in the last panel's colour); the legend sits under the panels. Returns the Figure."""
     colors = colors or {}
     top = 1.15 * max(gpu_gb, *(v for bars in panels.values() for v in bars.values()))
@@ -44,7 +46,7 @@ def draw_fit_panels(panels: dict, gpu_gb: float, left_gb: float, *, colors: dict
     axes[0].set(ylabel="GB per GPU", ylim=(0, top))
     handles = [plt.Line2D([], [], color="black", linestyle="--", linewidth=1,
                           label=f"an {gpu_name}: {gpu_gb:.1f} GB ({gpu_gb * 1e9 / 2**30:.1f} GiB)"),
-               plt.Line2D([], [], color="black", linestyle=":", linewidth=1, label=f"left for activations: {left_gb:.1f} GB")]
+               plt.Line2D([], [], color="black", linestyle=":", linewidth=1, label=f"{left_label}: {left_gb:.1f} GB")]
     if note:
         handles.append(Patch(facecolor=colors.get(list(panels)[-1], "lightgrey"), edgecolor="black", label=note))
     fig.legend(handles=handles, fontsize=8, loc="lower center", ncol=len(handles), frameon=False)   # below: clear of bars
