@@ -184,14 +184,18 @@ def check_peak(got, table, path, dtype, kept, n):
     assert got["peak"] == (held + saved + temp) * n and got["after_forward"] == alive * n, (path, dtype, kept)
 
 
-def print_peaks(res, tokens, vocab, local_classes, dtype="float32"):
-    """Print one rank's counts of ``dtype``: alive after the forward, the peak, its phase, its parts per logit."""
-    print(f"{'rank 0, ' + dtype:16s} {'caller':7s} {'alive after forward':>20s} {'peak':>8s}  {'in':9s} bytes per logit at the peak")
+def print_peaks(res, tokens, vocab, local_classes, dtype="float32", against=None):
+    """Print one rank's counts of ``dtype``: alive after the forward, the peak, its phase, its parts per logit; with
+    ``against`` (a path), also each peak over that path's peak for the same caller: one basis for every row."""
+    ratio_head = f" {'peak / ' + against + chr(39) + 's':>22s}" if against else ""
+    print(f"{'rank 0, ' + dtype:16s} {'caller':7s} {'alive after forward':>20s} {'peak':>8s}  {'in':9s}{ratio_head}"
+          " bytes per logit at the peak")
     for (path, dt, kept), got in res.items():
         n = tokens * (vocab if path == "gather" else local_classes)
         if dt == dtype:
+            ratio = f" {got['peak'] / res[(against, dt, kept)]['peak']:21.1f}x" if against else ""
             print(f"{path:16s} {'keeps' if kept else 'drops':7s} {got['after_forward']:20,d} {got['peak']:8,d}  "
-                  f"{got['phase']:9s} {got['peak'] // n} = {got['held'] // n} + {got['saved'] // n} + {got['temporaries'] // n}")
+                  f"{got['phase']:9s}{ratio} {got['peak'] // n} = {got['held'] // n} + {got['saved'] // n} + {got['temporaries'] // n}")
 
 
 def peak_bars(parts_by_bar, scale):
