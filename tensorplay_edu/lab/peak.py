@@ -187,7 +187,8 @@ def check_peak(got, table, path, dtype, kept, n):
 def print_peaks(res, tokens, vocab, local_classes, dtype="float32", against=None):
     """Print one rank's counts of ``dtype``: alive after the forward, the peak, its phase, its parts per logit; with
     ``against`` (a path), also each peak over that path's peak for the same caller: one basis for every row."""
-    ratio_head = f" {'peak / ' + against + chr(39) + 's':>22s}" if against else ""
+    ratio_label = f"peak / {against}'s"
+    ratio_head = f" {ratio_label:>22s}" if against else ""
     print(f"{'rank 0, ' + dtype:16s} {'caller':7s} {'alive after forward':>20s} {'peak':>8s}  {'in':9s}{ratio_head}"
           " bytes per logit at the peak")
     for (path, dt, kept), got in res.items():
