@@ -39,3 +39,12 @@ def test_the_budget_line_says_what_it_assumed():
     fig = viz.draw_fit_panels(PANELS, 85.5, 66.9, left_label="left for activations (one sequence)")
     assert [t.get_text() for t in fig.legends[0].get_texts()][1] == "left for activations (one sequence): 66.9 GB"
     matplotlib.pyplot.close(fig)
+
+
+def test_left_bars_stops_the_budget_line_at_the_bars_it_applies_to():
+    fig = viz.draw_fit_panels(PANELS, 85.5, 66.9, left_bars={"this package's kernels, with AC": 2})
+    (segments,) = fig.axes[1].collections                                 # the dotted line: one segment
+    (((x0, y0), (x1, y1)),) = segments.get_segments()
+    assert (x0, x1) == (-0.4, 1.4) and y0 == y1 == 66.9                   # bars 0 and 1's edges, not the third
+    assert not fig.axes[0].collections                                    # elsewhere: across the panel
+    matplotlib.pyplot.close(fig)

@@ -190,7 +190,7 @@ def print_peaks(res, tokens, vocab, local_classes, dtype="float32", against=None
     ratio_label = f"peak / {against}'s"
     ratio_head = f" {ratio_label:>22s}" if against else ""
     print(f"{'rank 0, ' + dtype:16s} {'caller':7s} {'alive after forward':>20s} {'peak':>8s}  {'in':9s}{ratio_head}"
-          " bytes per logit at the peak")
+          " bytes per logit: gather's of [b*s, V], others' of [b*s, V/t]")
     for (path, dt, kept), got in res.items():
         n = tokens * (vocab if path == "gather" else local_classes)
         if dt == dtype:

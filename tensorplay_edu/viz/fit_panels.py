@@ -20,11 +20,12 @@ __all__ = ["draw_fit_panels"]
 
 def draw_fit_panels(panels: dict, gpu_gb: float, left_gb: float, *, colors: dict | None = None, spare=(),
                     note: str | None = None, title: str = "", gpu_name: str = "H100",
-                    left_label: str = "left for activations"):
+                    left_label: str = "left for activations", left_bars: dict | None = None):
     """One subplot per panel of ``panels`` ({panel title: {bar label: GB}}), widths in proportion to their bars,
     one shared y-axis from 0 to 1.15 x the highest of the bars and ``gpu_gb``. A dashed line at ``gpu_gb``
     (labelled ``gpu_name`` with its GB and GiB), a dotted one at ``left_gb`` (labelled ``left_label``: say what
-    the budget assumed, e.g. one sequence's logits); ``colors`` ({panel title: colour},
+    the budget assumed, e.g. one sequence's logits; ``left_bars`` ({panel title: n}: the dotted line spans only
+    that panel's first n bars, where the budget applies); ``colors`` ({panel title: colour},
     light grey by default); ``note``: one more legend entry (a patch in the last panel's colour); the legend sits under the panels. Returns the Figure."""
     colors = colors or {}
     top = 1.15 * max(gpu_gb, *(v for bars in panels.values() for v in bars.values()))
@@ -40,7 +41,11 @@ def draw_fit_panels(panels: dict, gpu_gb: float, left_gb: float, *, colors: dict
             else:
                 ax.text(x, v, f"{v:.1f} GB", ha="center", va="bottom", fontsize=8)
         ax.axhline(gpu_gb, color="black", linestyle="--", linewidth=1)
-        ax.axhline(left_gb, color="black", linestyle=":", linewidth=1)
+        n = (left_bars or {}).get(name)
+        if n is None:
+            ax.axhline(left_gb, color="black", linestyle=":", linewidth=1)
+        else:                                       # from the first bar's left edge to the n-th's right
+            ax.hlines(left_gb, -0.4, n - 0.6, color="black", linestyle=":", linewidth=1)
         ax.set_title(name, fontsize=9)
         ax.tick_params(labelsize=7)
     axes[0].set(ylabel="GB per GPU", ylim=(0, top))
