@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 __all__ = ["LiveBytes", "LocalBytes", "measure", "loss_peaks", "pytorch_loss_peaks", "per_logit", "check_peak",
-           "print_peaks", "peak_bars"]
+           "peak_bars"]
 
 ROLES = ("held", "saved", "temporaries")
 
@@ -182,21 +182,6 @@ def check_peak(got, table, path, dtype, kept, n):
     assert got["phase"] == phase, (path, dtype, kept, got["phase"])
     assert (got["held"], got["saved"], got["temporaries"]) == (held * n, saved * n, temp * n), (path, dtype, kept)
     assert got["peak"] == (held + saved + temp) * n and got["after_forward"] == alive * n, (path, dtype, kept)
-
-
-def print_peaks(res, tokens, vocab, local_classes, dtype="float32", against=None):
-    """Print one rank's counts of ``dtype``: alive after the forward, the peak, its phase, its parts per logit; with
-    ``against`` (a path), also each peak over that path's peak for the same caller: one basis for every row."""
-    ratio_label = f"peak / {against}'s"
-    ratio_head = f" {ratio_label:>22s}" if against else ""
-    print(f"{'rank 0, ' + dtype:16s} {'caller':7s} {'alive after forward':>20s} {'peak':>8s}  {'in':9s}{ratio_head}"
-          " bytes per logit: gather's of [b*s, V], others' of [b*s, V/t]")
-    for (path, dt, kept), got in res.items():
-        n = tokens * (vocab if path == "gather" else local_classes)
-        if dt == dtype:
-            ratio = f" {got['peak'] / res[(against, dt, kept)]['peak']:21.1f}x" if against else ""
-            print(f"{path:16s} {'keeps' if kept else 'drops':7s} {got['after_forward']:20,d} {got['peak']:8,d}  "
-                  f"{got['phase']:9s}{ratio} {got['peak'] // n} = {got['held'] // n} + {got['saved'] // n} + {got['temporaries'] // n}")
 
 
 def peak_bars(parts_by_bar, scale):
