@@ -34,7 +34,7 @@ def draw_fit_panels(panels: dict, gpu_gb: float, left_gb: float, *, colors: dict
     axes = axes[0]
     for ax, (name, bars) in zip(axes, panels.items()):
         colour = colors.get(name, "lightgrey")
-        ax.bar(list(bars), list(bars.values()), color=colour, edgecolor="black", linewidth=0.5)
+        drawn = ax.bar(list(bars), list(bars.values()), color=colour, edgecolor="black", linewidth=0.5)
         for x, v in enumerate(bars.values()):
             if name in spare:                       # what the budget leaves beside the bar, written inside it
                 ax.text(x, v - 1, f"{v:.1f} GB\n({left_gb - v:.1f} to spare)", ha="center", va="top", fontsize=8)
@@ -45,7 +45,8 @@ def draw_fit_panels(panels: dict, gpu_gb: float, left_gb: float, *, colors: dict
         if n is None:
             ax.axhline(left_gb, color="black", linestyle=":", linewidth=1)
         else:                                       # from the first bar's left edge to the n-th's right
-            ax.hlines(left_gb, -0.4, n - 0.6, color="black", linestyle=":", linewidth=1)
+            ax.hlines(left_gb, drawn[0].get_x(), drawn[n - 1].get_x() + drawn[n - 1].get_width(),
+                      color="black", linestyle=":", linewidth=1)
         ax.set_title(name, fontsize=9)
         ax.tick_params(labelsize=7)
     axes[0].set(ylabel="GB per GPU", ylim=(0, top))
